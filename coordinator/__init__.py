@@ -1,0 +1,1 @@
+"""Lockstep coordinator: the MetaService that hands out global barriers, and the `lockstep` CLI."""

@@ -1,0 +1,80 @@
+"""One typed settings object, read from ``LOCKSTEP_*`` environment variables.
+
+Every process (CLI, worker, Spark jobs, tests) builds its configuration here so that a
+variable means the same thing everywhere.
+
+Example::
+
+    >>> s = Settings.from_env({"LOCKSTEP_BOOTSTRAP": "127.0.0.1:19092"})
+    >>> s.bootstrap_host, s.bootstrap_port
+    ('127.0.0.1', 19092)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KAFKA_PASSTHROUGH_PREFIX = "LOCKSTEP_KAFKA_"
+
+
+class SettingsError(ValueError):
+    """A ``LOCKSTEP_*`` variable has a value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where things are and how to reach them."""
+
+    bootstrap: str = "127.0.0.1:9092"
+    home: Path = Path(".lockstep")
+    warehouse: Path = Path(".lockstep/warehouse")
+    jars: Path = Path(".lockstep/jars")
+    coordinator_url: str = "http://127.0.0.1:6066"
+    kafka_client: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read the environment (``os.environ`` by default); relative paths stay relative to cwd."""
+        env = os.environ if env is None else env
+        home = Path(env.get("LOCKSTEP_HOME", ".lockstep"))
+        settings = cls(
+            bootstrap=env.get("LOCKSTEP_BOOTSTRAP", "127.0.0.1:9092"),
+            home=home,
+            warehouse=Path(env.get("LOCKSTEP_WAREHOUSE", str(home / "warehouse"))),
+            jars=Path(env.get("LOCKSTEP_JARS", str(home / "jars"))),
+            coordinator_url=env.get("LOCKSTEP_COORDINATOR_URL", "http://127.0.0.1:6066"),
+            kafka_client=kafka_passthrough(env),
+        )
+        settings.bootstrap_port  # validate early, with a message that names the variable
+        return settings
+
+    @property
+    def bootstrap_host(self) -> str:
+        return self.bootstrap.split(",")[0].rsplit(":", 1)[0]
+
+    @property
+    def bootstrap_port(self) -> int:
+        first = self.bootstrap.split(",")[0]
+        host, sep, port = first.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise SettingsError(
+                f"LOCKSTEP_BOOTSTRAP={self.bootstrap!r} is not host:port; "
+                "set it like LOCKSTEP_BOOTSTRAP=127.0.0.1:9092"
+            )
+        return int(port)
+
+    def kafka_config(self, **extra: str | int | bool) -> dict[str, str | int | bool]:
+        """confluent-kafka client config: bootstrap + ``LOCKSTEP_KAFKA_*`` pass-through + extra."""
+        return {"bootstrap.servers": self.bootstrap, **self.kafka_client, **extra}
+
+
+def kafka_passthrough(env: Mapping[str, str]) -> dict[str, str]:
+    """``LOCKSTEP_KAFKA_SASL_MECHANISM=PLAIN`` becomes ``{"sasl.mechanism": "PLAIN"}``."""
+    return {
+        key[len(KAFKA_PASSTHROUGH_PREFIX):].lower().replace("_", "."): value
+        for key, value in env.items()
+        if key.startswith(KAFKA_PASSTHROUGH_PREFIX)
+    }

@@ -1,0 +1,83 @@
+"""Build the SparkSession every Lockstep job and test uses.
+
+Delta's SQL extension and catalog are on, the Delta/Kafka/Avro jars come from the local
+cache that ``scripts/setup`` fills (``spark.jars``: nothing is downloaded at start), and the
+defaults suit a 2-core machine. On a cluster, pass ``master`` and ``conf`` (or set
+``LOCKSTEP_SPARK_MASTER``) and ship the same jars with spark-submit.
+
+Example::
+
+    from spark_jobs.session import build_session
+    spark = build_session("my-job")
+    spark.range(3).write.format("delta").save("/tmp/t")
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from coordinator.settings import Settings
+
+# Small-machine defaults; every key can be overridden through ``conf``.
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    # Servers bind to loopback only on a developer machine.
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "2g",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
+}
+
+
+class SparkSetupError(RuntimeError):
+    """Spark cannot start as configured; the message says how to fix it."""
+
+
+def spark_jars(settings: Settings) -> list[Path]:
+    """The cached extra jars (Delta, Kafka, Avro), or a clear error if setup has not run."""
+    folder = settings.jars / "spark"
+    jars = sorted(folder.glob("*.jar"))
+    if not any(j.name.startswith("delta-spark_") for j in jars):
+        raise SparkSetupError(
+            f"no Delta jars in {folder.absolute()}. Run scripts/setup from the repository root, "
+            "or set LOCKSTEP_JARS to the folder that holds spark/."
+        )
+    return jars
+
+
+def build_session(
+    app_name: str = "lockstep",
+    *,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    settings: Settings | None = None,
+) -> SparkSession:
+    """Get or create the SparkSession with Delta, the cached jars and small-machine defaults."""
+    settings = settings or Settings.from_env()
+    # Python workers (UDFs, Python data sources) must run the interpreter that has our deps.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master or os.environ.get("LOCKSTEP_SPARK_MASTER", "local[2]"))
+        .config("spark.jars", ",".join(str(j.absolute()) for j in spark_jars(settings)))
+        .config("spark.sql.warehouse.dir", str(settings.warehouse.absolute()))
+    )
+    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("LOCKSTEP_SPARK_LOG_LEVEL", "WARN"))
+    return spark

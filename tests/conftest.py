@@ -1,0 +1,142 @@
+"""Shared fixtures: one real Kafka broker and one SparkSession per test session.
+
+Kafka comes from ``LOCKSTEP_BOOTSTRAP`` if set, else a testcontainers Kafka if a Docker
+engine answers, else the same local broker ``lockstep dev up`` runs, on a free port, stopped
+at the end. Fixtures that make things are factories: call them as often as a test needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from coordinator.dev.broker import LocalBroker, free_port
+from coordinator.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def base_settings() -> Settings:
+    """Settings from the environment, with jars defaulting to this checkout's cache."""
+    settings = Settings.from_env()
+    if "LOCKSTEP_JARS" not in os.environ:
+        settings = dataclasses.replace(settings, jars=ROOT / ".lockstep" / "jars")
+    return settings
+
+
+def docker_engine_available() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap address of a real Kafka broker for the whole test session."""
+    if "LOCKSTEP_BOOTSTRAP" in os.environ:
+        yield os.environ["LOCKSTEP_BOOTSTRAP"]
+    elif docker_engine_available():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer().with_kraft() as container:
+            yield container.get_bootstrap_server()
+    else:
+        broker = LocalBroker(
+            home=tmp_path_factory.mktemp("kafka"), jars=base_settings.jars / "kafka", port=free_port()
+        )
+        broker.up()
+        try:
+            yield broker.bootstrap
+        finally:
+            broker.down()
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> Path:
+    """A fresh, empty warehouse folder for one test."""
+    path = tmp_path / "warehouse"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def settings(base_settings: Settings, kafka_bootstrap: str, warehouse: Path) -> Settings:
+    """Settings pointing at the session's broker and this test's warehouse."""
+    return dataclasses.replace(base_settings, bootstrap=kafka_bootstrap, warehouse=warehouse)
+
+
+@pytest.fixture
+def make_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
+    """Factory: ``make_topic(partitions=1, config={...})`` creates a uniquely named topic."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    created: list[str] = []
+
+    def make(partitions: int = 1, config: dict[str, str] | None = None, prefix: str = "t") -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(timeout=30)
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        for future in admin.delete_topics(created).values():
+            future.result(timeout=30)
+
+
+@pytest.fixture
+def read_topic(kafka_bootstrap: str) -> Callable[[str], list[tuple[int, int, bytes | None, bytes | None]]]:
+    """Factory: ``read_topic(name)`` -> every record from the beginning as (partition, offset, key, value)."""
+
+    def read(topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+        consumer = Consumer(
+            {"bootstrap.servers": kafka_bootstrap, "group.id": f"read-{uuid.uuid4().hex}", "enable.auto.commit": False}
+        )
+        try:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            out = []
+            for p in partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                if high <= low:
+                    continue
+                consumer.assign([TopicPartition(topic, p, low)])
+                while True:
+                    msg = consumer.poll(10)
+                    assert msg is not None, f"timed out reading {topic}[{p}]"
+                    assert msg.error() is None, msg.error()
+                    out.append((p, msg.offset(), msg.key(), msg.value()))
+                    if msg.offset() >= high - 1:
+                        break
+            return out
+        finally:
+            consumer.close()
+
+    return read
+
+
+@pytest.fixture(scope="session")
+def spark(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - pyspark type
+    """The one SparkSession of the test session (local[2], 2 shuffle partitions, UI off)."""
+    from spark_jobs.session import build_session
+
+    settings = dataclasses.replace(base_settings, warehouse=tmp_path_factory.mktemp("spark-warehouse"))
+    session = build_session("lockstep-tests", settings=settings)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def table_path(warehouse: Path) -> Callable[[str], str]:
+    """Factory: ``table_path("orders")`` -> a path for a Delta table in this test's warehouse."""
+    return lambda name: str(warehouse / name)

@@ -1,0 +1,75 @@
+"""``lockstep dev up|status|down`` against a real broker in its own home and port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.dev.broker import HOST, LocalBroker, free_port, process_alive
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def lockstep(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "LOCKSTEP_HOME": str(home),
+        "LOCKSTEP_JARS": str(ROOT / ".lockstep" / "jars"),
+        "LOCKSTEP_BOOTSTRAP": f"{HOST}:{port}",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", *args], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_up_twice_status_down_leaves_no_process(tmp_path: Path) -> None:
+    port = free_port()
+    first = lockstep(tmp_path, port, "dev", "up")
+    assert first.returncode == 0, first.stderr
+    assert "started" in first.stdout
+    pid = LocalBroker(tmp_path / "kafka", ROOT / ".lockstep/jars/kafka", port).running_pid()
+    assert pid is not None
+    try:
+        second = lockstep(tmp_path, port, "dev", "up")
+        assert second.returncode == 0, second.stderr
+        assert "already running" in second.stdout and f"pid {pid}" in second.stdout
+
+        status = lockstep(tmp_path, port, "dev", "status")
+        assert status.returncode == 0
+        assert f"running, pid {pid}, bootstrap {HOST}:{port}, 0 topics" in status.stdout
+    finally:
+        down = lockstep(tmp_path, port, "dev", "down")
+    assert down.returncode == 0 and "broker stopped" in down.stdout
+    assert not process_alive(pid), "the broker's java process is still alive"
+    stopped = lockstep(tmp_path, port, "dev", "status")
+    assert stopped.returncode == 3 and "stopped" in stopped.stdout
+    assert lockstep(tmp_path, port, "dev", "down").stdout.strip() == "broker was not running"
+
+
+def test_port_held_by_someone_else_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind((HOST, 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        result = lockstep(tmp_path, port, "dev", "up")
+    assert result.returncode == 1
+    assert f"port {port} on {HOST} is already in use" in result.stderr
+    assert "LOCKSTEP_BOOTSTRAP" in result.stderr
+
+
+def test_missing_jars_say_how_to_fix(tmp_path: Path) -> None:
+    env_home = tmp_path / "home"
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", "dev", "up"],
+        env={**os.environ, "LOCKSTEP_HOME": str(env_home), "LOCKSTEP_JARS": str(tmp_path / "nojars"),
+             "LOCKSTEP_BOOTSTRAP": f"{HOST}:{free_port()}"},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert "scripts/setup" in result.stderr
