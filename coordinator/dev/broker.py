@@ -41,11 +41,18 @@ class BrokerStatus:
     topics: int | None
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+def free_port(exclude: frozenset[int] = frozenset()) -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now and that is not in ``exclude``.
+
+    The OS may hand out a just-released port again, so a caller that needs two distinct
+    ports passes the first one in ``exclude``.
+    """
+    while True:
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = int(s.getsockname()[1])
+        if port not in exclude:
+            return port
 
 
 def port_in_use(port: int) -> bool:
@@ -111,7 +118,7 @@ class LocalBroker:
             )
         self._check_jars()
         self.home.mkdir(parents=True, exist_ok=True)
-        self._write_config(controller_port=free_port())
+        self._write_config(controller_port=free_port(exclude=frozenset({self.port})))
         if not (self.data_dir / "meta.properties").exists():
             self._format()
         with open(self.log_file, "ab") as log:

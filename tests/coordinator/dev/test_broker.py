@@ -31,13 +31,13 @@ def lockstep(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[s
 def test_up_twice_status_down_leaves_no_process(tmp_path: Path) -> None:
     port = free_port()
     first = lockstep(tmp_path, port, "dev", "up")
-    assert first.returncode == 0, first.stderr
+    assert first.returncode == 0, first.stdout + first.stderr
     assert "started" in first.stdout
     pid = LocalBroker(tmp_path / "kafka", ROOT / ".lockstep/jars/kafka", port).running_pid()
     assert pid is not None
     try:
         second = lockstep(tmp_path, port, "dev", "up")
-        assert second.returncode == 0, second.stderr
+        assert second.returncode == 0, second.stdout + second.stderr
         assert "already running" in second.stdout and f"pid {pid}" in second.stdout
 
         status = lockstep(tmp_path, port, "dev", "status")
