@@ -1,0 +1,67 @@
+"""The pure core: events, state, decide and fold. Standard library only, no I/O.
+
+Example::
+
+    from coordinator.domain import DeclareTable, MetaState, decide, fold
+
+    state = MetaState()
+    decision = decide(state, DeclareTable("r1", "shopping", "root"), now_ms=0)
+    for fact in decision.facts:
+        state = fold(state, fact)
+    assert "shopping" in state.tables
+"""
+
+from coordinator.domain.decide import Decision, decide, expire_leases
+from coordinator.domain.events import (
+    AcquireLease,
+    BarrierAnnounced,
+    BarrierCompleted,
+    Command,
+    CommandOutcome,
+    CutEntry,
+    DeclareTable,
+    DeregisterJob,
+    Fact,
+    GenerationStart,
+    JobState,
+    LeaseState,
+    OffsetRange,
+    RegisterJob,
+    ReleaseLease,
+    RequestRevision,
+    SourceVersion,
+    TableState,
+    Tombstone,
+    entity_key,
+)
+from coordinator.domain.fold import fold, fold_all
+from coordinator.domain.state import MetaState
+
+__all__ = [
+    "AcquireLease",
+    "BarrierAnnounced",
+    "BarrierCompleted",
+    "Command",
+    "CommandOutcome",
+    "CutEntry",
+    "DeclareTable",
+    "Decision",
+    "DeregisterJob",
+    "Fact",
+    "GenerationStart",
+    "JobState",
+    "LeaseState",
+    "MetaState",
+    "OffsetRange",
+    "RegisterJob",
+    "ReleaseLease",
+    "RequestRevision",
+    "SourceVersion",
+    "TableState",
+    "Tombstone",
+    "decide",
+    "entity_key",
+    "expire_leases",
+    "fold",
+    "fold_all",
+]

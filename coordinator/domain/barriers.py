@@ -1,0 +1,40 @@
+"""The barrier clock's decision, kept pure: announce barrier ``last + 1`` now, or hold back.
+
+The Faust leader calls ``plan_barrier`` every ``barrier.interval_ms`` with the cut it just
+measured (end offsets of every external topic in use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from coordinator.domain.events import BarrierAnnounced, CutEntry
+from coordinator.domain.state import MetaState
+
+
+@dataclass(frozen=True)
+class BarrierConfig:
+    interval_ms: int = 1000
+    max_inflight: int = 3
+    liveness_ms: int = 30_000
+
+
+def plan_barrier(
+    state: MetaState, now_ms: int, cut: Iterable[CutEntry], config: BarrierConfig = BarrierConfig()
+) -> BarrierAnnounced | None:
+    """The next barrier, or None while more than ``max_inflight`` are incomplete (backpressure).
+
+    Ids continue from the state (so restarts and failover neither skip nor repeat an id) and
+    timestamps never go backwards, even if the new leader's clock is behind.
+
+    >>> plan_barrier(MetaState(), 1000, []).barrier
+    1
+    """
+    live = state.live_jobs(now_ms, config.liveness_ms)
+    if state.inflight(live) > config.max_inflight:
+        return None
+    last = state.barriers.get(state.last_barrier())
+    ts = max(now_ms, last.ts_ms if last is not None else 0)
+    ordered = tuple(sorted(cut, key=lambda c: (c.topic, c.partition)))
+    return BarrierAnnounced(state.last_barrier() + 1, ts, ordered)

@@ -1,0 +1,251 @@
+"""decide(state, command, now_ms) -> Decision: validate a request, produce the facts it implies.
+
+The decider is the only writer of ``registry``, ``leases`` and ``outcomes``. A rejection
+carries a reason a person can act on (which table is unknown, who already writes a table,
+the cycle a job would close).
+
+Example::
+
+    >>> from coordinator.domain.state import MetaState
+    >>> d = decide(MetaState(), RegisterJob("r1", "j", sink="nope"), now_ms=0)
+    >>> d.outcome.accepted, d.outcome.reason
+    (False, "unknown table 'nope': declare it first (lockstep emit declare-table nope ...)")
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from functools import singledispatch
+
+from coordinator.domain.errors import Rejected
+from coordinator.domain.events import (
+    END_STATUSES,
+    INTERMEDIATE,
+    ROOT,
+    RUNNING,
+    TABLE_KINDS,
+    AcquireLease,
+    Command,
+    CommandOutcome,
+    DeclareTable,
+    DeregisterJob,
+    Fact,
+    GenerationStart,
+    JobState,
+    LeaseState,
+    RegisterJob,
+    ReleaseLease,
+    RequestRevision,
+    SourceVersion,
+    TableState,
+    Tombstone,
+    entity_key,
+)
+from coordinator.domain.state import MetaState
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+TOKEN = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
+MAX_LEASE_TTL_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class Decision:
+    facts: tuple[Fact | Tombstone, ...]
+    outcome: CommandOutcome
+
+
+def decide(state: MetaState, command: Command, now_ms: int) -> Decision:
+    """Validate ``command`` against ``state``; accepted -> facts + outcome, else outcome only."""
+    name = type(command).__name__
+    try:
+        _check_token("request id", command.request_id)
+        facts = tuple(_decide(command, state, now_ms))
+    except Rejected as exc:
+        return Decision((), CommandOutcome(command.request_id, name, False, str(exc), (), now_ms))
+    keys = tuple(entity_key(f) for f in facts)
+    return Decision(facts, CommandOutcome(command.request_id, name, True, "", keys, now_ms))
+
+
+def expire_leases(state: MetaState, now_ms: int) -> list[Tombstone]:
+    """Tombstones for every lease whose expiry has passed (the coordinator's timer calls this)."""
+    return [Tombstone(f"lease:{lid}") for lid, lease in sorted(state.leases.items()) if lease.expires_at_ms <= now_ms]
+
+
+# -- validation helpers -------------------------------------------------------------------------
+
+
+def _check_identifier(what: str, value: str) -> None:
+    if not IDENTIFIER.fullmatch(value or ""):
+        raise Rejected(
+            f"invalid {what} {value!r}: use letters, digits and underscores, starting with a "
+            "letter or underscore, at most 128 characters"
+        )
+    if value.startswith("__"):
+        raise Rejected(f"invalid {what} {value!r}: names starting with '__' are reserved for Lockstep's own tables")
+
+
+def _check_token(what: str, value: str) -> None:
+    if not TOKEN.fullmatch(value or ""):
+        raise Rejected(f"invalid {what} {value!r}: use 1-200 letters, digits or _ . : @ -")
+
+
+def _table(state: MetaState, name: str) -> TableState:
+    table = state.tables.get(name)
+    if table is None:
+        raise Rejected(f"unknown table {name!r}: declare it first (lockstep emit declare-table {name} ...)")
+    return table
+
+
+# -- one handler per command ------------------------------------------------------------------
+
+
+@singledispatch
+def _decide(command: object, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+    raise Rejected(f"unknown command type {type(command).__name__}")
+
+
+@_decide.register
+def _(cmd: DeclareTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+    _check_identifier("table name", cmd.name)
+    if cmd.kind not in TABLE_KINDS:
+        raise Rejected(f"invalid table kind {cmd.kind!r} for {cmd.name!r}: use one of {', '.join(TABLE_KINDS)}")
+    for column in cmd.primary_key:
+        _check_identifier(f"primary key column of {cmd.name!r}", column)
+    existing = state.tables.get(cmd.name)
+    if existing is not None:
+        if (existing.kind, existing.primary_key, existing.schema) == (cmd.kind, cmd.primary_key, cmd.schema):
+            return []  # declaring the same table again is a no-op, so pipelines can be re-run
+        raise Rejected(
+            f"table {cmd.name!r} already exists as a {existing.kind} table with a different definition "
+            f"(primary key {list(existing.primary_key)}); pick another name"
+        )
+    return [TableState(cmd.name, cmd.kind, cmd.primary_key, cmd.schema, declared_at_ms=now_ms)]
+
+
+@_decide.register
+def _(cmd: RegisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+    _check_identifier("job id", cmd.job_id)
+    sink = _table(state, cmd.sink)
+    for source in cmd.sources:
+        _table(state, source)
+    for topic in cmd.external_topics:
+        _check_token(f"topic of job {cmd.job_id!r}", topic)
+    if sink.kind == ROOT and (cmd.sources or not cmd.external_topics):
+        raise Rejected(
+            f"job {cmd.job_id!r} writes root table {cmd.sink!r}: a root job reads external topics only "
+            f"(got sources {list(cmd.sources)}, topics {list(cmd.external_topics)})"
+        )
+    if sink.kind == INTERMEDIATE and (not cmd.sources or cmd.external_topics):
+        raise Rejected(
+            f"job {cmd.job_id!r} writes intermediate table {cmd.sink!r}: it reads other tables only "
+            f"(got sources {list(cmd.sources)}, topics {list(cmd.external_topics)})"
+        )
+    existing = state.jobs.get(cmd.job_id)
+    if existing is not None and existing.status not in END_STATUSES:
+        same = (existing.sink, existing.sources, existing.external_topics, existing.sql) == (
+            cmd.sink,
+            cmd.sources,
+            cmd.external_topics,
+            cmd.sql,
+        )
+        if same:
+            return []  # re-registering the same job is a no-op
+        raise Rejected(
+            f"duplicate job id {cmd.job_id!r}: a running job with that id writes {existing.sink!r} "
+            "with a different definition; deregister it first or use another id"
+        )
+    writer = state.writer_of(cmd.sink)
+    if writer is not None and writer.job_id != cmd.job_id:
+        raise Rejected(f"table {cmd.sink!r} already has a writer: job {writer.job_id!r} (a table has one writer)")
+    for source in cmd.sources:
+        cycle = [source] if source == cmd.sink else state.path(cmd.sink, source)
+        if cycle is not None:
+            loop = " -> ".join([*cycle, cmd.sink]) if source != cmd.sink else f"{source} -> {source}"
+            raise Rejected(f"job {cmd.job_id!r} would create a cycle: {loop}")
+    job = JobState(
+        cmd.job_id,
+        cmd.sink,
+        cmd.sources,
+        cmd.external_topics,
+        cmd.sql,
+        RUNNING,
+        sink.generation,
+        start_barrier=state.last_barrier(),
+        registered_at_ms=now_ms,
+        updated_at_ms=now_ms,
+    )
+    return [job, replace(sink, writer=cmd.job_id)]
+
+
+@_decide.register
+def _(cmd: DeregisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+    job = state.jobs.get(cmd.job_id)
+    if job is None:
+        raise Rejected(f"unknown job {cmd.job_id!r}")
+    if cmd.status not in END_STATUSES:
+        raise Rejected(f"invalid status {cmd.status!r} for job {cmd.job_id!r}: use one of {', '.join(END_STATUSES)}")
+    if job.status in END_STATUSES:
+        raise Rejected(f"job {cmd.job_id!r} already ended as {job.status}")
+    facts: list[Fact | Tombstone] = [replace(job, status=cmd.status, reason=cmd.reason, updated_at_ms=now_ms)]
+    sink = state.tables.get(job.sink)
+    if sink is not None and sink.writer == job.job_id:
+        facts.append(replace(sink, writer=None))
+    return facts
+
+
+@_decide.register
+def _(cmd: AcquireLease, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+    _check_token("lease id", cmd.lease_id)
+    if not cmd.tables:
+        raise Rejected(f"lease {cmd.lease_id!r} names no tables")
+    if not 0 < cmd.ttl_ms <= MAX_LEASE_TTL_MS:
+        raise Rejected(f"lease ttl {cmd.ttl_ms} ms is out of range: use 1 .. {MAX_LEASE_TTL_MS} ms")
+    existing = state.leases.get(cmd.lease_id)
+    if existing is not None and (existing.holder != cmd.holder or existing.barrier != cmd.barrier):
+        raise Rejected(
+            f"lease {cmd.lease_id!r} is held by {existing.holder!r} at barrier {existing.barrier}; "
+            "use another lease id"
+        )
+    versions = []
+    for name in sorted(set(cmd.tables)):
+        _table(state, name)
+        points = state.exact_points(name)
+        if cmd.barrier not in points:
+            raise Rejected(f"table {name!r} has no exact point at barrier {cmd.barrier}")
+        versions.append(SourceVersion(name, points[cmd.barrier]))
+    acquired = existing.acquired_at_ms if existing is not None else now_ms
+    return [LeaseState(cmd.lease_id, cmd.holder, cmd.barrier, tuple(versions), acquired, now_ms + cmd.ttl_ms)]
+
+
+@_decide.register
+def _(cmd: ReleaseLease, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+    if cmd.lease_id not in state.leases:
+        raise Rejected(f"unknown lease {cmd.lease_id!r} (already released or expired)")
+    return [Tombstone(f"lease:{cmd.lease_id}")]
+
+
+@_decide.register
+def _(cmd: RequestRevision, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+    table = _table(state, cmd.table)
+    if cmd.expected_generation is not None and cmd.expected_generation != table.generation:
+        raise Rejected(
+            f"stale generation: table {cmd.table!r} is at generation {table.generation}, "
+            f"the request was for generation {cmd.expected_generation}"
+        )
+    if cmd.to_barrier < 0 or cmd.to_barrier > state.last_barrier():
+        raise Rejected(
+            f"barrier {cmd.to_barrier} is not announced yet (last announced: {state.last_barrier()})"
+        )
+    start = 0 if cmd.full else cmd.to_barrier
+    facts: list[Fact | Tombstone] = []
+    for name in state.downstream(cmd.table):
+        t = state.tables[name]
+        if not cmd.full and start not in state.exact_points(name) and start != 0:
+            raise Rejected(f"table {name!r} has no exact point at barrier {start}; revise to another barrier")
+        generation = t.generation + 1
+        facts.append(replace(t, generation=generation, generations=(*t.generations, GenerationStart(generation, start))))
+        writer = state.writer_of(name)
+        if writer is not None:
+            facts.append(replace(writer, generation=generation, restart_from_barrier=start, updated_at_ms=now_ms))
+    return facts

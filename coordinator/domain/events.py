@@ -1,0 +1,238 @@
+"""Every event Lockstep writes to Kafka, as frozen dataclasses.
+
+Commands are requests (``lockstep.commands``); facts are the whole current state of one
+entity (``lockstep.registry``, ``.barriers``, ``.completions``, ``.leases``) or an outcome
+(``lockstep.outcomes``). Each event type has an Avro schema of the same name in
+``schemas/``. Collections are tuples so events stay hashable and compare by value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+# -- small value types ---------------------------------------------------------------------
+
+ROOT: Final = "root"
+INTERMEDIATE: Final = "intermediate"
+TABLE_KINDS: Final = (ROOT, INTERMEDIATE)
+
+RUNNING: Final = "RUNNING"
+FINISHED: Final = "FINISHED"
+FAILED: Final = "FAILED"
+CANCELED: Final = "CANCELED"
+END_STATUSES: Final = (FINISHED, FAILED, CANCELED)
+
+
+@dataclass(frozen=True)
+class CutEntry:
+    """End offset of one external topic-partition when a barrier was announced."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """``[start, end)`` of one topic-partition that a root job read for a barrier."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class SourceVersion:
+    """The Delta version of a source table that an intermediate job read (or a lease holds)."""
+
+    table: str
+    version: int
+
+
+@dataclass(frozen=True)
+class GenerationStart:
+    """Generation ``generation`` of a table is valid for barriers after ``from_barrier``."""
+
+    generation: int
+    from_barrier: int
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeclareTable:
+    request_id: str
+    name: str
+    kind: str
+    primary_key: tuple[str, ...] = ()
+    schema: str = ""
+
+
+@dataclass(frozen=True)
+class RegisterJob:
+    request_id: str
+    job_id: str
+    sink: str
+    sources: tuple[str, ...] = ()
+    external_topics: tuple[str, ...] = ()
+    sql: str = ""
+
+
+@dataclass(frozen=True)
+class DeregisterJob:
+    request_id: str
+    job_id: str
+    status: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class AcquireLease:
+    """Hold the versions of ``tables`` at exact point ``barrier``; the same id renews."""
+
+    request_id: str
+    lease_id: str
+    holder: str
+    tables: tuple[str, ...]
+    barrier: int
+    ttl_ms: int = 60_000
+
+
+@dataclass(frozen=True)
+class ReleaseLease:
+    request_id: str
+    lease_id: str
+
+
+@dataclass(frozen=True)
+class RequestRevision:
+    """Revise ``table`` and its downstream closure back to ``to_barrier`` (or from scratch)."""
+
+    request_id: str
+    table: str
+    to_barrier: int
+    full: bool = False
+    expected_generation: int | None = None
+
+
+Command = DeclareTable | RegisterJob | DeregisterJob | AcquireLease | ReleaseLease | RequestRevision
+
+# -- facts -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TableState:
+    name: str
+    kind: str
+    primary_key: tuple[str, ...] = ()
+    schema: str = ""
+    writer: str | None = None
+    generation: int = 0
+    generations: tuple[GenerationStart, ...] = (GenerationStart(0, 0),)
+    declared_at_ms: int = 0
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str
+    sink: str
+    sources: tuple[str, ...] = ()
+    external_topics: tuple[str, ...] = ()
+    sql: str = ""
+    status: str = RUNNING
+    generation: int = 0
+    start_barrier: int = 0
+    restart_from_barrier: int | None = None
+    reason: str = ""
+    registered_at_ms: int = 0
+    updated_at_ms: int = 0
+
+
+@dataclass(frozen=True)
+class BarrierAnnounced:
+    barrier: int
+    ts_ms: int
+    cut: tuple[CutEntry, ...] = ()
+
+
+@dataclass(frozen=True)
+class BarrierCompleted:
+    """Table ``table`` holds all input up to ``barrier`` at ``delta_version`` (an exact point)."""
+
+    job_id: str
+    table: str
+    barrier: int
+    generation: int
+    delta_version: int
+    rows_in: int = 0
+    rows_out: int = 0
+    rows_rejected: int = 0
+    source_versions: tuple[SourceVersion, ...] = ()
+    source_offsets: tuple[OffsetRange, ...] = ()
+    started_at_ms: int = 0
+    committed_at_ms: int = 0
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    lease_id: str
+    holder: str
+    barrier: int
+    versions: tuple[SourceVersion, ...]
+    acquired_at_ms: int
+    expires_at_ms: int
+
+
+@dataclass(frozen=True)
+class CommandOutcome:
+    request_id: str
+    command: str
+    accepted: bool
+    reason: str = ""
+    keys: tuple[str, ...] = ()
+    decided_at_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    """A null value on a compacted state topic: the entity under ``key`` is gone."""
+
+    key: str
+
+
+Fact = TableState | JobState | BarrierAnnounced | BarrierCompleted | LeaseState
+EVENT_TYPES: Final[tuple[type, ...]] = (
+    DeclareTable,
+    RegisterJob,
+    DeregisterJob,
+    AcquireLease,
+    ReleaseLease,
+    RequestRevision,
+    TableState,
+    JobState,
+    BarrierAnnounced,
+    BarrierCompleted,
+    LeaseState,
+    CommandOutcome,
+)
+
+
+def entity_key(fact: Fact | Tombstone) -> str:
+    """The compaction key of a fact: ``table:<name>``, ``job:<id>``, ``barrier:<b>``, ..."""
+    match fact:
+        case TableState(name=name):
+            return f"table:{name}"
+        case JobState(job_id=job_id):
+            return f"job:{job_id}"
+        case BarrierAnnounced(barrier=b):
+            return f"barrier:{b}"
+        case BarrierCompleted(table=table, barrier=b):
+            return f"completion:{table}@{b}"
+        case LeaseState(lease_id=lease_id):
+            return f"lease:{lease_id}"
+        case Tombstone(key=key):
+            return key
+    raise TypeError(f"{type(fact).__name__} is not a state fact")

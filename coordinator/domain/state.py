@@ -1,0 +1,181 @@
+"""MetaState: the latest value of every entity, and the views derived from it.
+
+The state stores facts exactly as they arrived (latest per entity key) and nothing else;
+everything a reader asks — which completions count, exact points, the topology — is
+derived on demand. That is what makes the fold order-independent across topics: no fact's
+meaning depends on which topic's record came first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from coordinator.domain.events import (
+    END_STATUSES,
+    ROOT,
+    RUNNING,
+    BarrierAnnounced,
+    BarrierCompleted,
+    JobState,
+    LeaseState,
+    TableState,
+)
+from coordinator.domain.records import to_record
+
+
+@dataclass
+class MetaState:
+    """Everything the coordinator knows. Build it with ``fold``; read it through the methods."""
+
+    tables: dict[str, TableState] = field(default_factory=dict)
+    jobs: dict[str, JobState] = field(default_factory=dict)
+    barriers: dict[int, BarrierAnnounced] = field(default_factory=dict)
+    completions: dict[str, dict[int, BarrierCompleted]] = field(default_factory=dict)
+    leases: dict[str, LeaseState] = field(default_factory=dict)
+
+    def copy(self) -> MetaState:
+        return MetaState(
+            dict(self.tables),
+            dict(self.jobs),
+            dict(self.barriers),
+            {t: dict(c) for t, c in self.completions.items()},
+            dict(self.leases),
+        )
+
+    # -- canonical dump ------------------------------------------------------------------
+
+    def canonical(self) -> dict[str, object]:
+        """A JSON-ready dump with sorted keys; equal states give byte-identical dumps."""
+        return {
+            "tables": {k: to_record(v) for k, v in sorted(self.tables.items())},
+            "jobs": {k: to_record(v) for k, v in sorted(self.jobs.items())},
+            "barriers": {str(k): to_record(v) for k, v in sorted(self.barriers.items())},
+            "completions": {
+                f"{t}@{b}": to_record(c)
+                for t, by_b in sorted(self.completions.items())
+                for b, c in sorted(by_b.items())
+            },
+            "leases": {k: to_record(v) for k, v in sorted(self.leases.items())},
+        }
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+
+    def state_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    # -- topology --------------------------------------------------------------------------
+
+    def active_jobs(self) -> Iterator[JobState]:
+        return (j for j in self.jobs.values() if j.status not in END_STATUSES)
+
+    def writer_of(self, table: str) -> JobState | None:
+        """The active job that writes ``table``, derived from jobs (not from TableState.writer)."""
+        return next((j for j in self.active_jobs() if j.sink == table), None)
+
+    def edges(self) -> list[tuple[str, str]]:
+        """(source table, sink table) for every active job, sorted."""
+        return sorted({(s, j.sink) for j in self.active_jobs() for s in j.sources})
+
+    def downstream(self, table: str) -> list[str]:
+        """``table`` and every table that (transitively) reads it, in topological order."""
+        readers: dict[str, set[str]] = {}
+        for source, sink in self.edges():
+            readers.setdefault(source, set()).add(sink)
+        order: list[str] = []
+        seen: set[str] = set()
+
+        def visit(t: str) -> None:
+            if t in seen:
+                return
+            seen.add(t)
+            for r in sorted(readers.get(t, ()), reverse=True):
+                visit(r)
+            order.append(t)
+
+        visit(table)
+        return list(reversed(order))
+
+    def path(self, start: str, goal: str) -> list[str] | None:
+        """A path of tables from ``start`` to ``goal`` along job edges, if one exists."""
+        readers: dict[str, list[str]] = {}
+        for source, sink in self.edges():
+            readers.setdefault(source, []).append(sink)
+        stack: list[list[str]] = [[start]]
+        seen = {start}
+        while stack:
+            trail = stack.pop()
+            if trail[-1] == goal:
+                return trail
+            for nxt in readers.get(trail[-1], ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append([*trail, nxt])
+        return None
+
+    def external_topics(self) -> list[str]:
+        """Topics read by active root jobs: the ones a barrier's cut covers."""
+        return sorted({t for j in self.active_jobs() for t in j.external_topics})
+
+    # -- barriers and exact points -----------------------------------------------------------
+
+    def last_barrier(self) -> int:
+        return max(self.barriers, default=0)
+
+    def counts(self, completion: BarrierCompleted) -> bool:
+        """Whether a completion still counts: its table is known and no later generation
+        restarted from a barrier before it (a revision voids what came after)."""
+        table = self.tables.get(completion.table)
+        if table is None or completion.generation > table.generation:
+            return False
+        return all(
+            completion.barrier <= g.from_barrier
+            for g in table.generations
+            if g.generation > completion.generation
+        )
+
+    def exact_points(self, table: str) -> dict[int, int]:
+        """barrier -> Delta version for every barrier that is an exact point of ``table``."""
+        return {b: c.delta_version for b, c in self.completions.get(table, {}).items() if self.counts(c)}
+
+    def latest_exact(self, table: str) -> int | None:
+        return max(self.exact_points(table), default=None)
+
+    def common_barrier(self, tables: Iterable[str]) -> int | None:
+        """The newest barrier that is an exact point of every table (read-committed's b*)."""
+        common: set[int] | None = None
+        for t in tables:
+            points = set(self.exact_points(t))
+            common = points if common is None else common & points
+        return max(common, default=None) if common else None
+
+    def barrier_at(self, ts_ms: int) -> int | None:
+        """The newest barrier announced at or before ``ts_ms``."""
+        return max((b for b, a in self.barriers.items() if a.ts_ms <= ts_ms), default=None)
+
+    def live_jobs(self, now_ms: int, liveness_ms: int) -> list[JobState]:
+        """Running jobs that registered or committed within ``liveness_ms``: only these hold
+        barriers back, so one dead job never freezes the topology."""
+        live = []
+        for job in self.active_jobs():
+            if job.status != RUNNING:
+                continue
+            last_seen = max(
+                [job.updated_at_ms, *(c.committed_at_ms for c in self.completions.get(job.sink, {}).values())]
+            )
+            if now_ms - last_seen <= liveness_ms:
+                live.append(job)
+        return sorted(live, key=lambda j: j.job_id)
+
+    def inflight(self, jobs: Iterable[JobState]) -> int:
+        """How many announced barriers are not yet an exact point of every given job's sink
+        (counting only barriers announced after the job started)."""
+        last = self.last_barrier()
+        behind = [last - max(self.latest_exact(j.sink) or 0, j.start_barrier) for j in jobs]
+        return max(0, *behind) if behind else 0
+
+    def root_tables(self) -> list[str]:
+        return sorted(t.name for t in self.tables.values() if t.kind == ROOT)

@@ -1,0 +1,67 @@
+"""The barrier clock's pure decision: ids continue, timestamps never go back, backpressure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from coordinator.domain import (
+    BarrierAnnounced,
+    BarrierCompleted,
+    CutEntry,
+    DeclareTable,
+    MetaState,
+    RegisterJob,
+    fold_all,
+)
+from coordinator.domain.barriers import BarrierConfig, plan_barrier
+
+MakeState = Callable[..., MetaState]
+
+
+def test_ids_continue_from_state_and_cut_is_sorted() -> None:
+    state = fold_all([BarrierAnnounced(41, 5_000)])
+    cut = [CutEntry("b", 1, 9), CutEntry("a", 0, 3), CutEntry("b", 0, 7)]
+    barrier = plan_barrier(state, now_ms=6_000, cut=cut)
+    assert barrier == BarrierAnnounced(42, 6_000, (CutEntry("a", 0, 3), CutEntry("b", 0, 7), CutEntry("b", 1, 9)))
+
+
+def test_timestamps_never_go_backwards_on_a_leader_with_a_slow_clock() -> None:
+    state = fold_all([BarrierAnnounced(3, 9_000)])
+    assert plan_barrier(state, now_ms=8_000, cut=[]).ts_ms == 9_000
+
+
+def test_backpressure_holds_barriers_while_a_live_job_is_behind(make_state: MakeState) -> None:
+    config = BarrierConfig(max_inflight=2, liveness_ms=30_000)
+    state = make_state(shopping_topology=True, now_ms=0)  # jobs start at barrier 0
+    for b in (1, 2):
+        state = fold_all([BarrierAnnounced(b, b)], state)
+    assert plan_barrier(state, now_ms=10, cut=[], config=config).barrier == 3
+    state = fold_all([BarrierAnnounced(3, 3)], state)
+    assert plan_barrier(state, now_ms=10, cut=[], config=config) is None  # 3 in flight > 2
+    done = [BarrierCompleted(j, t, 1, 0, 1, committed_at_ms=10) for j, t in
+            [("ingest_shopping", "shopping"), ("amount_job", "user_item_amount"), ("price_job", "user_item_price")]]
+    state = fold_all(done, state)
+    assert plan_barrier(state, now_ms=10, cut=[], config=config).barrier == 4
+
+
+def test_a_dead_job_stops_holding_barriers_back(make_state: MakeState) -> None:
+    config = BarrierConfig(max_inflight=1, liveness_ms=1_000)
+    state = make_state(shopping_topology=True, now_ms=0)
+    state = fold_all([BarrierAnnounced(b, b) for b in (1, 2, 3)], state)
+    assert plan_barrier(state, now_ms=500, cut=[], config=config) is None
+    assert plan_barrier(state, now_ms=1_001, cut=[], config=config).barrier == 4
+
+
+def test_jobs_registered_later_only_count_barriers_after_their_start(make_state: MakeState) -> None:
+    config = BarrierConfig(max_inflight=1)
+    state = make_state(*(BarrierAnnounced(b, b) for b in range(1, 10)), shopping_topology=True, now_ms=0)
+    # The topology registered before barrier 1 and never committed: it holds the clock.
+    assert plan_barrier(state, now_ms=0, cut=[], config=config) is None
+    late = make_state(
+        *(BarrierAnnounced(b, b) for b in range(1, 10)),
+        DeclareTable("a", "t", "root"),
+        RegisterJob("b", "j", "t", external_topics=("s",)),
+        now_ms=0,
+    )
+    assert late.jobs["j"].start_barrier == 9
+    assert plan_barrier(late, now_ms=0, cut=[], config=config).barrier == 10

@@ -1,0 +1,153 @@
+"""decide() accepts valid commands with the facts they imply and rejects the rest with a reason."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from coordinator.domain import (
+    AcquireLease,
+    BarrierAnnounced,
+    BarrierCompleted,
+    DeclareTable,
+    DeregisterJob,
+    JobState,
+    MetaState,
+    RegisterJob,
+    ReleaseLease,
+    RequestRevision,
+    SourceVersion,
+    TableState,
+    Tombstone,
+    decide,
+    expire_leases,
+)
+
+MakeState = Callable[..., MetaState]
+
+
+def rejection(state: MetaState, command: object) -> str:
+    decision = decide(state, command, now_ms=5)  # type: ignore[arg-type]
+    assert not decision.outcome.accepted
+    assert decision.facts == ()
+    assert decision.outcome.request_id == command.request_id  # type: ignore[attr-defined]
+    return decision.outcome.reason
+
+
+def test_register_job_produces_job_and_writer(make_state: MakeState) -> None:
+    state = make_state(DeclareTable("r1", "t", "root"))
+    decision = decide(state, RegisterJob("r2", "j", "t", external_topics=("src",)), now_ms=7)
+    assert decision.outcome.accepted
+    job, table = decision.facts
+    assert job == JobState("j", "t", (), ("src",), "", "RUNNING", 0, 0, None, "", 7, 7)
+    assert isinstance(table, TableState) and table.writer == "j"
+    assert decision.outcome.keys == ("job:j", "table:t")
+
+
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        (DeclareTable("x", "bad name", "root"), "invalid table name 'bad name'"),
+        (DeclareTable("x", "__meta", "root"), "reserved"),
+        (DeclareTable("x", "t", "view"), "invalid table kind 'view'"),
+        (DeclareTable("x", "shopping", "intermediate"), "table 'shopping' already exists"),
+        (DeclareTable("bad id with spaces", "t", "root"), "invalid request id"),
+        (RegisterJob("x", "j", "nope", external_topics=("s",)), "unknown table 'nope'"),
+        (RegisterJob("x", "j", "user_item_amount", sources=("missing",)), "unknown table 'missing'"),
+        (RegisterJob("x", "j2", "shopping", external_topics=("s",)), "already has a writer: job 'ingest_shopping'"),
+        (RegisterJob("x", "amount_job", "user_item_price", sources=("shopping",)), "duplicate job id 'amount_job'"),
+        (RegisterJob("x", "1job", "user_item_amount", sources=("shopping",)), "invalid job id '1job'"),
+        (RegisterJob("x", "j", "shopping", sources=("user_item_amount",)), "a root job reads external topics only"),
+        (RegisterJob("x", "j", "user_item_amount", external_topics=("s",)), "reads other tables only"),
+        (DeregisterJob("x", "ghost", "FINISHED"), "unknown job 'ghost'"),
+        (DeregisterJob("x", "amount_job", "PAUSED"), "invalid status 'PAUSED'"),
+        (AcquireLease("x", "l1", "me", ("shopping",), barrier=99), "no exact point at barrier 99"),
+        (AcquireLease("x", "l1", "me", ("nope",), barrier=1), "unknown table 'nope'"),
+        (AcquireLease("x", "l1", "me", (), barrier=1), "names no tables"),
+        (AcquireLease("x", "l1", "me", ("shopping",), barrier=1, ttl_ms=0), "ttl 0 ms is out of range"),
+        (ReleaseLease("x", "l9"), "unknown lease 'l9'"),
+        (RequestRevision("x", "nope", 1), "unknown table 'nope'"),
+        (RequestRevision("x", "shopping", 1, expected_generation=4), "stale generation: table 'shopping' is at generation 0"),
+        (RequestRevision("x", "shopping", 50), "barrier 50 is not announced yet"),
+    ],
+)
+def test_invalid_commands_are_rejected_with_a_reason(make_state: MakeState, command: object, reason: str) -> None:
+    state = make_state(shopping_topology=True)
+    assert reason in rejection(state, command)
+
+
+def test_cycle_is_rejected_with_its_path(make_state: MakeState) -> None:
+    state = make_state(
+        DeclareTable("a", "t1", "intermediate"),
+        DeclareTable("b", "t2", "intermediate"),
+        DeclareTable("c", "t3", "intermediate"),
+        RegisterJob("d", "j1", "t1", sources=("shopping", "t3")),
+        RegisterJob("e", "j2", "t2", sources=("t1",)),
+        shopping_topology=True,
+    )
+    reason = rejection(state, RegisterJob("f", "j3", "t3", sources=("t2",)))
+    assert reason == "job 'j3' would create a cycle: t3 -> t1 -> t2 -> t3"
+    assert rejection(state, RegisterJob("g", "j4", "t3", sources=("t3",))) == "job 'j4' would create a cycle: t3 -> t3"
+
+
+def test_redeclaring_and_reregistering_the_same_thing_is_an_accepted_no_op(make_state: MakeState) -> None:
+    state = make_state(shopping_topology=True)
+    for command in (
+        DeclareTable("z1", "shopping", "root", ("user_id", "item_id")),
+        RegisterJob("z2", "amount_job", "user_item_amount", sources=("shopping",)),
+    ):
+        decision = decide(state, command, now_ms=9)
+        assert decision.outcome.accepted and decision.facts == ()
+
+
+def test_deregister_frees_the_table_for_a_new_writer(make_state: MakeState) -> None:
+    state = make_state(DeregisterJob("x", "amount_job", "CANCELED", "user stop"), shopping_topology=True)
+    assert state.jobs["amount_job"].status == "CANCELED"
+    assert state.tables["user_item_amount"].writer is None
+    assert rejection(state, DeregisterJob("y", "amount_job", "FINISHED")) == "job 'amount_job' already ended as CANCELED"
+    make_state(
+        DeregisterJob("x", "amount_job", "CANCELED"),
+        RegisterJob("y", "amount_job_v2", "user_item_amount", sources=("shopping",)),
+        shopping_topology=True,
+    )
+
+
+def test_lease_holds_exact_point_versions_renews_and_expires(make_state: MakeState) -> None:
+    state = make_state(
+        BarrierAnnounced(1, 100),
+        BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4),
+        BarrierCompleted("amount_job", "user_item_amount", 1, 0, 2),
+        shopping_topology=True,
+    )
+    first = decide(state, AcquireLease("x", "l1", "reader", ("user_item_amount", "shopping"), 1, ttl_ms=50), now_ms=10)
+    (lease,) = first.facts
+    assert lease.versions == (SourceVersion("shopping", 4), SourceVersion("user_item_amount", 2))
+    assert (lease.acquired_at_ms, lease.expires_at_ms) == (10, 60)
+    state.leases["l1"] = lease
+    renewed = decide(state, AcquireLease("y", "l1", "reader", ("shopping", "user_item_amount"), 1, ttl_ms=50), now_ms=40)
+    assert renewed.facts[0].expires_at_ms == 90 and renewed.facts[0].acquired_at_ms == 10
+    assert "held by 'reader'" in rejection(state, AcquireLease("z", "l1", "other", ("shopping",), 1))
+    assert expire_leases(state, now_ms=59) == []
+    assert expire_leases(state, now_ms=60) == [Tombstone("lease:l1")]
+    assert decide(state, ReleaseLease("w", "l1"), now_ms=1).facts == (Tombstone("lease:l1"),)
+
+
+def test_revision_bumps_the_downstream_closure_only(make_state: MakeState) -> None:
+    state = make_state(
+        DeclareTable("a", "other", "root"),
+        RegisterJob("b", "ingest_other", "other", external_topics=("o",)),
+        BarrierAnnounced(1, 100),
+        BarrierAnnounced(2, 200),
+        *(BarrierCompleted(j, t, b, 0, b) for b in (1, 2) for j, t in
+          [("ingest_shopping", "shopping"), ("amount_job", "user_item_amount"), ("price_job", "user_item_price")]),
+        shopping_topology=True,
+    )
+    decision = decide(state, RequestRevision("x", "shopping", 1), now_ms=300)
+    assert decision.outcome.accepted
+    bumped = {f.name: f for f in decision.facts if isinstance(f, TableState)}
+    assert sorted(bumped) == ["shopping", "user_item_amount", "user_item_price"]
+    assert all(t.generation == 1 and t.generations[-1].from_barrier == 1 for t in bumped.values())
+    jobs = {f.job_id: f for f in decision.facts if isinstance(f, JobState)}
+    assert {j.restart_from_barrier for j in jobs.values()} == {1}
+    assert "other" not in bumped and "ingest_other" not in jobs
