@@ -1,15 +1,32 @@
 """The ``lockstep`` command.
 
-Exit codes scripts can trust: 0 success, 1 the operation failed (the message says why),
-2 bad usage, 3 ``dev status`` found the broker stopped.
+Exit codes scripts can trust: 0 success, 1 the operation failed or a command was rejected
+(the message says why), 2 bad usage or broker/coordinator unreachable, 3 ``dev status``
+found the broker stopped.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from datetime import datetime, timezone
+from typing import Any
 
 import click
+from rich.console import Console
+from rich.table import Table
 
+from coordinator.client import Unreachable, emit, get_json, new_request_id
+from coordinator.domain import (
+    AcquireLease,
+    Command,
+    CommandOutcome,
+    DeclareTable,
+    DeregisterJob,
+    RegisterJob,
+    ReleaseLease,
+    RequestRevision,
+)
 from coordinator.dev.broker import BrokerError, BrokerStatus, LocalBroker
 from coordinator.settings import Settings, SettingsError
 
@@ -122,6 +139,233 @@ def demo(settings: Settings, records: int) -> None:
     if not result.ok:
         raise click.ClickException("the Delta table does not hold exactly the produced records")
     click.echo("smoke OK")
+
+
+# -- coordinator ----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--web-port", type=int, help="Port of the REST API (default: from LOCKSTEP_COORDINATOR_URL, 6066).")
+@click.option("--loglevel", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"]))
+def worker(web_port: int | None, loglevel: str) -> None:
+    """Run the coordinator (a Faust worker): decides commands, announces barriers on the leader,
+    serves the REST API. Run two for failover (give the second its own --web-port)."""
+    import os
+
+    if web_port is not None:
+        os.environ["LOCKSTEP_COORDINATOR_URL"] = f"http://127.0.0.1:{web_port}"
+    from coordinator.stream.app import app
+
+    sys.argv = ["lockstep-worker", "worker", "--loglevel", loglevel,
+                "--web-host", app.conf.web_host, "--web-port", str(app.conf.web_port)]
+    app.main()
+
+
+def print_outcome(outcome: CommandOutcome) -> None:
+    if outcome.accepted:
+        keys = f" ({', '.join(outcome.keys)})" if outcome.keys else " (no change: already so)"
+        click.echo(f"accepted: {outcome.command} {outcome.request_id}{keys}")
+    else:
+        click.echo(f"rejected: {outcome.command} {outcome.request_id}: {outcome.reason}", err=True)
+        sys.exit(1)
+
+
+def send(settings: Settings, command: Command, timeout: float) -> None:
+    try:
+        outcome = emit(settings, command, timeout)
+    except Unreachable as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    print_outcome(outcome)
+
+
+def split_csv(value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+
+
+@cli.group()
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the outcome.")
+@click.option("--request-id", default=None, help="Request id (default: a fresh one).")
+@click.pass_context
+def emit_group(ctx: click.Context, timeout: float, request_id: str | None) -> None:
+    """Send a command to the coordinator and print its outcome.
+
+    Exit 0 accepted, 1 rejected (the reason is printed), 2 broker/coordinator unreachable.
+    """
+    ctx.meta["timeout"] = timeout
+    ctx.meta["request_id"] = request_id or new_request_id()
+
+
+@emit_group.command("declare-table")
+@click.argument("name")
+@click.option("--kind", type=click.Choice(["root", "intermediate"]), required=True)
+@click.option("--primary-key", help="Comma-separated key columns (an upsert table).")
+@click.option("--schema", default="", help="Column DDL, e.g. 'user_id BIGINT, amount BIGINT'.")
+@click.pass_context
+def emit_declare_table(ctx: click.Context, name: str, kind: str, primary_key: str | None, schema: str) -> None:
+    """Declare a root or intermediate table."""
+    send(ctx.obj, DeclareTable(ctx.meta["request_id"], name, kind, split_csv(primary_key), schema), ctx.meta["timeout"])
+
+
+@emit_group.command("register-job")
+@click.argument("job_id")
+@click.option("--sink", required=True, help="The one table this job writes.")
+@click.option("--sources", help="Comma-separated tables it reads (intermediate jobs).")
+@click.option("--topics", help="Comma-separated external Kafka topics it reads (root jobs).")
+@click.option("--sql", default="", help="The job's query, for the record.")
+@click.pass_context
+def emit_register_job(ctx: click.Context, job_id: str, sink: str, sources: str | None, topics: str | None, sql: str) -> None:
+    """Register the job that writes a table."""
+    command = RegisterJob(ctx.meta["request_id"], job_id, sink, split_csv(sources), split_csv(topics), sql)
+    send(ctx.obj, command, ctx.meta["timeout"])
+
+
+@emit_group.command("deregister-job")
+@click.argument("job_id")
+@click.option("--status", type=click.Choice(["FINISHED", "FAILED", "CANCELED"]), required=True)
+@click.option("--reason", default="")
+@click.pass_context
+def emit_deregister_job(ctx: click.Context, job_id: str, status: str, reason: str) -> None:
+    """Record that a job ended."""
+    send(ctx.obj, DeregisterJob(ctx.meta["request_id"], job_id, status, reason), ctx.meta["timeout"])
+
+
+@emit_group.command("acquire-lease")
+@click.argument("lease_id")
+@click.option("--holder", required=True)
+@click.option("--tables", required=True, help="Comma-separated tables.")
+@click.option("--barrier", type=int, required=True, help="The exact point whose versions to hold.")
+@click.option("--ttl-ms", type=int, default=60_000, show_default=True)
+@click.pass_context
+def emit_acquire_lease(ctx: click.Context, lease_id: str, holder: str, tables: str, barrier: int, ttl_ms: int) -> None:
+    """Hold table versions at a barrier against VACUUM (the same id renews)."""
+    command = AcquireLease(ctx.meta["request_id"], lease_id, holder, split_csv(tables), barrier, ttl_ms)
+    send(ctx.obj, command, ctx.meta["timeout"])
+
+
+@emit_group.command("release-lease")
+@click.argument("lease_id")
+@click.pass_context
+def emit_release_lease(ctx: click.Context, lease_id: str) -> None:
+    """Release a lease."""
+    send(ctx.obj, ReleaseLease(ctx.meta["request_id"], lease_id), ctx.meta["timeout"])
+
+
+@emit_group.command("request-revision")
+@click.argument("table")
+@click.option("--to-barrier", type=int, required=True)
+@click.option("--full", is_flag=True, help="Recompute from scratch.")
+@click.option("--expected-generation", type=int, default=None, help="Reject if the table moved on.")
+@click.pass_context
+def emit_request_revision(ctx: click.Context, table: str, to_barrier: int, full: bool, expected_generation: int | None) -> None:
+    """Revise a table and its downstream closure back to a barrier."""
+    command = RequestRevision(ctx.meta["request_id"], table, to_barrier, full, expected_generation)
+    send(ctx.obj, command, ctx.meta["timeout"])
+
+
+cli.add_command(emit_group, name="emit")
+
+
+def fetch(settings: Settings, path: str) -> Any:
+    try:
+        return get_json(settings, path)
+    except Unreachable as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+@cli.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "dot"]), default="table", show_default=True)
+@click.pass_obj
+def topology(settings: Settings, fmt: str) -> None:
+    """Tables, jobs and their edges, from the running coordinator."""
+    body = fetch(settings, "/topology")
+    if fmt == "json":
+        click.echo(json.dumps(body, indent=2, sort_keys=True))
+    elif fmt == "dot":
+        click.echo("digraph lockstep {")
+        for name, t in body["tables"].items():
+            click.echo(f'  "{name}" [shape={"box" if t["kind"] == "root" else "ellipse"}];')
+        for job, j in body["jobs"].items():
+            for source in j["sources"]:
+                click.echo(f'  "{source}" -> "{j["sink"]}" [label="{job}"];')
+            for topic in j["external_topics"]:
+                click.echo(f'  "kafka:{topic}" -> "{j["sink"]}" [label="{job}"];')
+        click.echo("}")
+    else:
+        table = Table("table", "kind", "writer", "generation", "reads")
+        reads: dict[str, list[str]] = {}
+        for j in body["jobs"].values():
+            if j["status"] == "RUNNING":
+                reads[j["sink"]] = j["sources"] + [f"kafka:{t}" for t in j["external_topics"]]
+        for name, t in body["tables"].items():
+            table.add_row(name, t["kind"], t["writer"] or "-", str(t["generation"]), ", ".join(reads.get(name, [])))
+        Console().print(table)
+
+
+@cli.group()
+def barriers() -> None:
+    """Inspect barriers."""
+
+
+@barriers.command("tail")
+@click.option("--from-beginning", is_flag=True, help="Start with the first barrier instead of new ones.")
+@click.option("--count", type=int, default=None, help="Stop after this many barriers.")
+@click.pass_obj
+def barriers_tail(settings: Settings, from_beginning: bool, count: int | None) -> None:
+    """Print barriers as they are announced: id, time, cut (Ctrl-C stops)."""
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+
+    from coordinator.codec import DecodeError, default_codec
+    from coordinator.stream.topics import Topics
+
+    codec = default_codec()
+    consumer = Consumer(settings.kafka_config(**{"group.id": "lockstep-tail", "enable.auto.commit": False, "log_level": 3}))
+    start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+    consumer.assign([TopicPartition(Topics(settings.topic_prefix).barriers, 0, start)])
+    seen = 0
+    try:
+        while count is None or seen < count:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None or msg.value() is None:
+                continue
+            try:
+                b = codec.decode(msg.value())
+            except DecodeError as exc:
+                click.echo(f"(skipped undecodable record at offset {msg.offset()}: {exc})", err=True)
+                continue
+            when = datetime.fromtimestamp(b.ts_ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+            cut = ", ".join(f"{c.topic}[{c.partition}]={c.offset}" for c in b.cut) or "no external topics"
+            click.echo(f"barrier {b.barrier}  {when}  {cut}")
+            seen += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+
+
+@cli.command("replay")
+@click.option("--verify", is_flag=True, help="Compare with the live coordinator's /state; exit 1 on any difference.")
+@click.pass_obj
+def replay_command(settings: Settings, verify: bool) -> None:
+    """Rebuild the state from the state topics with the same fold and print its hash."""
+    from coordinator.replay import replay
+
+    try:
+        result = replay(settings, verify=verify)
+    except Unreachable as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    s = result.stats
+    click.echo(f"replayed {s.events_folded} events ({s.decode_errors} undecodable skipped) state hash {result.state_hash}")
+    if verify:
+        if result.verified:
+            click.echo(f"verified: identical to the live coordinator ({result.live_hash})")
+        else:
+            click.echo(f"MISMATCH: live coordinator has {result.live_hash}", err=True)
+            for line in result.differences:
+                click.echo(f"  {line}", err=True)
+            sys.exit(1)
 
 
 def main() -> None:

@@ -33,6 +33,8 @@ class Settings:
     warehouse: Path = Path(".lockstep/warehouse")
     jars: Path = Path(".lockstep/jars")
     coordinator_url: str = "http://127.0.0.1:6066"
+    topic_prefix: str = "lockstep"
+    replication_factor: int = 1
     kafka_client: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -46,6 +48,8 @@ class Settings:
             warehouse=Path(env.get("LOCKSTEP_WAREHOUSE", str(home / "warehouse"))),
             jars=Path(env.get("LOCKSTEP_JARS", str(home / "jars"))),
             coordinator_url=env.get("LOCKSTEP_COORDINATOR_URL", "http://127.0.0.1:6066"),
+            topic_prefix=env.get("LOCKSTEP_TOPIC_PREFIX", "lockstep"),
+            replication_factor=_positive_int(env, "LOCKSTEP_REPLICATION_FACTOR", 1),
             kafka_client=kafka_passthrough(env),
         )
         settings.bootstrap_port  # validate early, with a message that names the variable
@@ -69,6 +73,13 @@ class Settings:
     def kafka_config(self, **extra: str | int | bool) -> dict[str, str | int | bool]:
         """confluent-kafka client config: bootstrap + ``LOCKSTEP_KAFKA_*`` pass-through + extra."""
         return {"bootstrap.servers": self.bootstrap, **self.kafka_client, **extra}
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, str(default))
+    if not raw.isdigit() or int(raw) < 1:
+        raise SettingsError(f"{name}={raw!r} must be a positive whole number")
+    return int(raw)
 
 
 def kafka_passthrough(env: Mapping[str, str]) -> dict[str, str]:

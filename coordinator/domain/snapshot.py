@@ -1,0 +1,63 @@
+"""Which Delta version of each table a consistent read uses (the read levels of DESIGN.md).
+
+>>> from coordinator.domain import BarrierCompleted, TableState, fold_all
+>>> s = fold_all([TableState("a", "root"), BarrierCompleted("j", "a", 3, 0, 7)])
+>>> resolve_snapshot(s, ["a"])
+Snapshot(barrier=3, versions={'a': 7})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from coordinator.domain.errors import Rejected
+from coordinator.domain.state import MetaState
+
+LEVELS = ("read-committed", "read-uncommitted", "repeatable-read")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    barrier: int | None
+    versions: dict[str, int | None]
+
+
+def resolve_snapshot(
+    state: MetaState,
+    tables: Sequence[str],
+    level: str = "read-committed",
+    as_of_barrier: int | None = None,
+    as_of_timestamp: int | None = None,
+) -> Snapshot:
+    """Barrier and version per table, or Rejected with a reason a person can act on.
+
+    ``read-uncommitted`` returns no versions (None: read each table's latest Delta version).
+    """
+    if level not in LEVELS:
+        raise Rejected(f"unknown read level {level!r}: use one of {', '.join(LEVELS)}")
+    if not tables:
+        raise Rejected("name at least one table")
+    unknown = [t for t in tables if t not in state.tables]
+    if unknown:
+        raise Rejected(f"unknown table(s): {', '.join(unknown)}")
+    if as_of_barrier is not None and as_of_timestamp is not None:
+        raise Rejected("give as_of_barrier or as_of_timestamp, not both")
+    if as_of_timestamp is not None:
+        as_of_barrier = state.barrier_at(as_of_timestamp)
+        if as_of_barrier is None:
+            raise Rejected(f"no barrier was announced at or before timestamp {as_of_timestamp}")
+    if as_of_barrier is not None:
+        versions: dict[str, int | None] = {}
+        for t in tables:
+            points = state.exact_points(t)
+            if as_of_barrier not in points:
+                raise Rejected(f"table {t!r} has no exact point at barrier {as_of_barrier}")
+            versions[t] = points[as_of_barrier]
+        return Snapshot(as_of_barrier, versions)
+    if level == "read-uncommitted":
+        return Snapshot(None, {t: None for t in tables})
+    barrier = state.common_barrier(tables)
+    if barrier is None:
+        raise Rejected(f"tables {', '.join(tables)} have no common exact point yet")
+    return Snapshot(barrier, {t: state.exact_points(t)[barrier] for t in tables})

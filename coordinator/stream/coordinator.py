@@ -1,0 +1,184 @@
+"""The coordinator's work, free of Faust: decide commands, run the barrier clock, expire leases.
+
+Faust (``coordinator.stream.app``) only schedules these calls; tests and tools can drive a
+Coordinator directly. Every decision waits until the local state has folded everything
+written so far, so two commands never race against a stale state.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import IsolationLevel, TopicPartition
+
+from coordinator.codec import DecodeError, default_codec
+from coordinator.domain import (
+    BarrierAnnounced,
+    BarrierCompleted,
+    CommandOutcome,
+    CutEntry,
+    Fact,
+    JobState,
+    LeaseState,
+    TableState,
+    Tombstone,
+    decide,
+    entity_key,
+    expire_leases,
+)
+from coordinator.domain.barriers import BarrierConfig, plan_barrier
+from coordinator.settings import Settings
+from coordinator.stream.follower import StateFollower
+from coordinator.stream.topics import Topics
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Counters:
+    commands_accepted: int = 0
+    commands_rejected: int = 0
+    command_decode_errors: int = 0
+    barriers_announced: int = 0
+    barriers_held_back: int = 0
+    leases_expired: int = 0
+
+
+class Coordinator:
+    def __init__(self, settings: Settings, topics: Topics, barrier_config: BarrierConfig = BarrierConfig()) -> None:
+        self.settings = settings
+        self.topics = topics
+        self.barrier_config = barrier_config
+        self.codec = default_codec()
+        self.follower = StateFollower(settings, topics)
+        self.producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "linger.ms": 0}))
+        self.admin = AdminClient(settings.kafka_config())
+        self.counters = Counters()
+
+    def start(self) -> None:
+        self.follower.start()
+        self.follower.wait_current(timeout=120)
+
+    def stop(self) -> None:
+        self.follower.stop()
+        self.producer.flush(10)
+
+    @property
+    def state(self):  # noqa: ANN201 - MetaState, read under the follower's lock by callers
+        return self.follower.reader.state
+
+    # -- writing facts ------------------------------------------------------------------------
+
+    def topic_of(self, fact: Fact | Tombstone | CommandOutcome) -> str:
+        match fact:
+            case TableState() | JobState():
+                return self.topics.registry
+            case LeaseState():
+                return self.topics.leases
+            case BarrierAnnounced():
+                return self.topics.barriers
+            case BarrierCompleted():
+                return self.topics.completions
+            case CommandOutcome():
+                return self.topics.outcomes
+            case Tombstone(key=key):
+                kind = key.partition(":")[0]
+                return {"table": self.topics.registry, "job": self.topics.registry, "lease": self.topics.leases,
+                        "barrier": self.topics.barriers, "completion": self.topics.completions}[kind]
+        raise TypeError(f"no topic for {type(fact).__name__}")
+
+    def write(self, facts: list[Fact | Tombstone], wait_folded: bool = True) -> None:
+        """Produce facts (keyed by entity) and wait until our own follower has folded them."""
+        marks: dict[str, int] = {}
+        errors: list[str] = []
+
+        def delivered(err, msg) -> None:  # noqa: ANN001 - confluent callback
+            if err is not None:
+                errors.append(str(err))
+            else:
+                marks[msg.topic()] = max(marks.get(msg.topic(), 0), msg.offset() + 1)
+
+        for fact in facts:
+            value = None if isinstance(fact, Tombstone) else self.codec.encode(fact)
+            self.producer.produce(self.topic_of(fact), key=entity_key(fact).encode(), value=value, on_delivery=delivered)
+        self.producer.flush(30)
+        if errors:
+            raise RuntimeError(f"could not write facts: {errors}")
+        if wait_folded:
+            self.follower.wait_for(marks)
+
+    # -- commands --------------------------------------------------------------------------------
+
+    def handle_command(self, raw: bytes | None) -> CommandOutcome | None:
+        try:
+            command = self.codec.decode(raw or b"")
+        except DecodeError as exc:
+            self.counters.command_decode_errors += 1
+            log.warning("skipped undecodable command: %s", exc)
+            return None
+        if not hasattr(command, "request_id"):
+            self.counters.command_decode_errors += 1
+            log.warning("skipped %s on the commands topic: it is not a command", type(command).__name__)
+            return None
+        self.follower.wait_current()
+        with self.follower.reader.lock:
+            decision = decide(self.state, command, now_ms())
+        if decision.facts:
+            self.write(list(decision.facts))
+        self.producer.produce(self.topics.outcomes, key=command.request_id.encode(), value=self.codec.encode(decision.outcome))
+        self.producer.flush(30)
+        if decision.outcome.accepted:
+            self.counters.commands_accepted += 1
+        else:
+            self.counters.commands_rejected += 1
+            log.info("rejected %s %s: %s", decision.outcome.command, command.request_id, decision.outcome.reason)
+        return decision.outcome
+
+    # -- barrier clock and lease expiry (leader only) ------------------------------------------------
+
+    def cut(self, topics: list[str]) -> list[CutEntry]:
+        """End offsets (read_committed) of every partition of the given external topics."""
+        if not topics:
+            return []
+        metadata = self.admin.list_topics(timeout=10)
+        request = {}
+        for topic in topics:
+            if topic not in metadata.topics:
+                log.warning("external topic %s does not exist yet; its cut is empty", topic)
+                continue
+            for p in metadata.topics[topic].partitions:
+                request[TopicPartition(topic, p)] = OffsetSpec.latest()
+        if not request:
+            return []
+        futures = self.admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10)
+        return [CutEntry(tp.topic, tp.partition, f.result().offset) for tp, f in futures.items()]
+
+    def tick_barrier(self) -> BarrierAnnounced | None:
+        self.follower.wait_current()
+        with self.follower.reader.lock:
+            topics = self.state.external_topics()
+        cut = self.cut(topics)
+        with self.follower.reader.lock:
+            barrier = plan_barrier(self.state, now_ms(), cut, self.barrier_config)
+        if barrier is None:
+            self.counters.barriers_held_back += 1
+            return None
+        self.write([barrier])
+        self.counters.barriers_announced += 1
+        return barrier
+
+    def tick_leases(self) -> int:
+        with self.follower.reader.lock:
+            expired = expire_leases(self.state, now_ms())
+        if expired:
+            self.write(list(expired))
+            self.counters.leases_expired += len(expired)
+        return len(expired)

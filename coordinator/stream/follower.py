@@ -1,0 +1,162 @@
+"""Read the compacted state topics from the beginning and fold them: the one way any
+process (worker, ``lockstep replay``, tests, Spark jobs) rebuilds MetaState.
+
+A record that cannot be decoded is logged, counted and skipped; it never stops the reader.
+
+Example::
+
+    reader = StateReader(settings, Topics())
+    state = reader.read_to_end()          # replay: everything written so far
+    print(state.state_hash(), reader.stats)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from coordinator.codec import DecodeError, default_codec
+from coordinator.domain import BarrierCompleted, MetaState, Tombstone, fold
+from coordinator.settings import Settings
+from coordinator.stream.topics import Topics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReaderStats:
+    events_folded: int = 0
+    decode_errors: int = 0
+    unknown_entities: int = 0
+    positions: dict[str, int] = field(default_factory=dict)
+
+
+class StateReader:
+    """Consumes every state topic (no consumer group: each reader sees all of them)."""
+
+    def __init__(self, settings: Settings, topics: Topics) -> None:
+        self.topics = topics
+        self.state = MetaState()
+        self.stats = ReaderStats()
+        self.lock = threading.RLock()
+        self.codec = default_codec()
+        self.consumer = Consumer(
+            settings.kafka_config(
+                **{
+                    "group.id": f"lockstep-reader-{uuid.uuid4().hex}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "log_level": 3,
+                }
+            )
+        )
+        self.consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics.state])
+        # Watermark queries come from other threads; give them their own client.
+        self.probe = Consumer(settings.kafka_config(**{"group.id": "lockstep-probe", "log_level": 3}))
+        self.stats.positions = {t: 0 for t in topics.state}
+        self.limits: dict[str, int] = {}
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.probe.close()
+
+    def step(self, timeout: float = 0.2, max_records: int = 5000) -> int:
+        """Fold what is available now; returns how many records were read."""
+        messages = self.consumer.consume(max_records, timeout)
+        with self.lock:
+            for msg in messages:
+                self._apply(msg)
+        return len(messages)
+
+    def _apply(self, msg: Message) -> None:
+        if msg.error() is not None:
+            if msg.error().code() != KafkaError._PARTITION_EOF:
+                log.warning("state topic error: %s", msg.error())
+            return
+        if msg.offset() >= self.limits.get(msg.topic(), msg.offset() + 1):
+            return  # past the requested mark (read_until)
+        self.stats.positions[msg.topic()] = msg.offset() + 1
+        key = (msg.key() or b"").decode("utf-8", "replace")
+        value = msg.value()
+        if value is None:
+            event: object = Tombstone(key)
+        else:
+            try:
+                event = self.codec.decode(value)
+            except DecodeError as exc:
+                self.stats.decode_errors += 1
+                log.warning("skipped undecodable record %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
+                return
+        if isinstance(event, BarrierCompleted) and event.table not in self.state.tables:
+            self.stats.unknown_entities += 1  # kept (order-independence), ignored by views until the table exists
+        try:
+            self.state = fold(self.state, event)  # type: ignore[arg-type]
+        except TypeError as exc:
+            self.stats.decode_errors += 1
+            log.warning("skipped %s on state topic %s: %s", type(event).__name__, msg.topic(), exc)
+            return
+        self.stats.events_folded += 1
+
+    def end_offsets(self) -> dict[str, int]:
+        """High watermarks of every state topic right now."""
+        ends = {}
+        for topic in self.topics.state:
+            _, high = self.probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+            ends[topic] = high
+        return ends
+
+    def caught_up(self, marks: dict[str, int]) -> bool:
+        return all(self.stats.positions.get(t, 0) >= off for t, off in marks.items())
+
+    def read_to_end(self, timeout: float = 120.0) -> MetaState:
+        """Fold everything written before this call (replay)."""
+        return self.read_until(self.end_offsets(), timeout)
+
+    def read_until(self, marks: dict[str, int], timeout: float = 120.0) -> MetaState:
+        """Fold each topic exactly up to its offset in ``marks`` (nothing after it), e.g. the
+        positions a live coordinator reports with its state, to compare like with like."""
+        self.limits = dict(marks)
+        deadline = time.monotonic() + timeout
+        while not self.caught_up(marks):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"state topics not read up to {marks} within {timeout:.0f}s")
+            self.step()
+        return self.state
+
+
+class StateFollower(threading.Thread):
+    """A StateReader that keeps folding in the background (the worker's live state)."""
+
+    def __init__(self, settings: Settings, topics: Topics) -> None:
+        super().__init__(name="lockstep-state-follower", daemon=True)
+        self.reader = StateReader(settings, topics)
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.reader.step()
+            except Exception:  # a bad record must never stop the follower
+                log.exception("state follower step failed; continuing")
+                time.sleep(0.5)
+        self.reader.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def wait_for(self, marks: dict[str, int], timeout: float = 30.0) -> None:
+        """Block until every topic in ``marks`` has been folded up to its offset."""
+        deadline = time.monotonic() + timeout
+        while not self.reader.caught_up(marks):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"state follower did not reach {marks} within {timeout:.0f}s")
+            time.sleep(0.01)
+
+    def wait_current(self, timeout: float = 30.0) -> None:
+        """Block until everything written before this call is folded."""
+        self.wait_for(self.reader.end_offsets(), timeout)

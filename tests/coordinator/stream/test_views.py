@@ -1,0 +1,28 @@
+"""REST bodies computed from a folded state (pure; the worker tests cover the HTTP side)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from coordinator.domain import BarrierAnnounced, BarrierCompleted, MetaState
+from coordinator.stream import views
+
+
+def test_table_delays_and_metrics(make_state: Callable[..., MetaState]) -> None:
+    state = make_state(
+        BarrierAnnounced(1, 1_000),
+        BarrierAnnounced(2, 2_000),
+        BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4, committed_at_ms=1_700),
+        shopping_topology=True,
+    )
+    table = views.table(state, "shopping")
+    assert table is not None and table["exact_points"] == {"1": 4} and table["latest_exact_barrier"] == 1
+    assert views.table(state, "nope") is None
+    assert views.delays(state)["shopping"] == {"latest_exact_barrier": 1, "lag_barriers": 1, "e2e_delay_ms": 700}
+    assert views.delays(state)["user_item_price"]["lag_barriers"] == 2
+    text = views.metrics(state, {"decode_errors": 3})
+    assert 'lockstep_barrier_lag{table="shopping"} 1' in text
+    assert 'lockstep_e2e_delay_ms{table="shopping"} 700' in text
+    assert "lockstep_decode_errors_total 3" in text
+    assert [b["barrier"] for b in views.barriers(state, 2, 10)] == [2]
+    assert views.topology(state)["edges"] == [["shopping", "user_item_amount"], ["shopping", "user_item_price"]]
