@@ -146,7 +146,7 @@ def demo(settings: Settings, records: int) -> None:
 
 @cli.command()
 @click.option("--web-port", type=int, help="Port of the REST API (default: from LOCKSTEP_COORDINATOR_URL, 6066).")
-@click.option("--loglevel", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--loglevel", default="info", show_default=True, type=click.Choice(["debug", "info", "warn", "error", "crit"]))
 def worker(web_port: int | None, loglevel: str) -> None:
     """Run the coordinator (a Faust worker): decides commands, announces barriers on the leader,
     serves the REST API. Run two for failover (give the second its own --web-port)."""

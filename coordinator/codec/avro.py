@@ -97,7 +97,9 @@ class EventCodec:
             raise DecodeError(f"unknown schema fingerprint {data[2:HEADER_SIZE].hex()}")
         body = io.BytesIO(data[HEADER_SIZE:])
         try:
-            record = schemaless_reader(body, writer.parsed, self.current[writer.name].parsed)
+            reader = self.current[writer.name]
+            # Same schema: skip fastavro's (slow) schema resolution.
+            record = schemaless_reader(body, writer.parsed, None if reader is writer else reader.parsed)
             if body.tell() != len(data) - HEADER_SIZE:
                 raise DecodeError(f"{len(data) - HEADER_SIZE - body.tell()} trailing bytes after the record")
             return from_record(self.types[writer.name], record)

@@ -254,9 +254,9 @@ class LocalBroker:
         )
 
     def _format(self) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = new_cluster_id()
         result = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_file)),
+            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self.config_file)),
             capture_output=True,
             text=True,
             cwd=self.home,
@@ -270,6 +270,15 @@ class LocalBroker:
         except FileNotFoundError:
             return f"(no log at {self.log_file})"
         return f"last lines of {self.log_file}:\n" + "\n".join(tail)
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes in URL-safe base64, never starting with '-'
+    (Kafka's own generator avoids that too: a leading '-' reads as a command-line flag)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def process_alive(pid: int) -> bool:

@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -34,30 +35,41 @@ def to_record(event: Any) -> Any:
 
 def from_record(cls: type[T], record: dict[str, Any]) -> T:
     """dict -> dataclass ``cls``; missing fields take the dataclass default."""
-    hints = _hints(cls)
-    kwargs = {
-        f.name: _convert(hints[f.name], record[f.name])
-        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-        if f.name in record
-    }
-    return cls(**kwargs)
+    return _builder(cls)(record)
+
+
+Converter = Callable[[Any], Any]
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+def _builder(cls: type) -> Callable[[dict[str, Any]], Any]:
+    """Compile, once per class, the conversion of its fields (this runs for every event replayed)."""
+    hints = typing.get_type_hints(cls)
+    plain = [f.name for f in dataclasses.fields(cls) if _converter(hints[f.name]) is None]
+    nested = [(f.name, c) for f in dataclasses.fields(cls) if (c := _converter(hints[f.name])) is not None]
+
+    def build(record: dict[str, Any]) -> Any:
+        kwargs = {name: record[name] for name in plain if name in record}
+        for name, convert in nested:
+            if name in record:
+                value = record[name]
+                kwargs[name] = None if value is None else convert(value)
+        return cls(**kwargs)
+
+    return build
 
 
-def _convert(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
+def _converter(hint: Any) -> Converter | None:
+    """How to turn a record value into the field's type; None where it is used as is."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _convert(inner[0], value)
+        return _converter(inner[0])
     if origin is tuple:
-        item = typing.get_args(hint)[0]
-        return tuple(_convert(item, v) for v in value)
+        item = _converter(typing.get_args(hint)[0])
+        if item is None:
+            return tuple
+        return lambda values: tuple(item(v) for v in values)
     if dataclasses.is_dataclass(hint):
-        return from_record(hint, value)  # type: ignore[arg-type]
-    return value
+        return _builder(hint)
+    return None

@@ -11,9 +11,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Producer
+from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
-from confluent_kafka import IsolationLevel, TopicPartition
 
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import (
@@ -24,6 +23,7 @@ from coordinator.domain import (
     Fact,
     JobState,
     LeaseState,
+    MetaState,
     TableState,
     Tombstone,
     decide,
@@ -72,7 +72,8 @@ class Coordinator:
         self.producer.flush(10)
 
     @property
-    def state(self):  # noqa: ANN201 - MetaState, read under the follower's lock by callers
+    def state(self) -> MetaState:
+        """The live state; hold ``self.follower.reader.lock`` while reading it."""
         return self.follower.reader.state
 
     # -- writing facts ------------------------------------------------------------------------

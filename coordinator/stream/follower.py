@@ -93,7 +93,9 @@ class StateReader:
                 log.warning("skipped undecodable record %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
                 return
         if isinstance(event, BarrierCompleted) and event.table not in self.state.tables:
-            self.stats.unknown_entities += 1  # kept (order-independence), ignored by views until the table exists
+            # Kept (the fold is order-independent), ignored by every view until the table exists.
+            self.stats.unknown_entities += 1
+            log.info("completion for unknown table %r at barrier %d (counted, not used)", event.table, event.barrier)
         try:
             self.state = fold(self.state, event)  # type: ignore[arg-type]
         except TypeError as exc:

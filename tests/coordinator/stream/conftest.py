@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -51,8 +52,14 @@ class Worker:
         raise AssertionError(f"worker not healthy in {timeout}s:\n{self.log.read_text()[-3000:]}")
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=5) as response:
-            return json.loads(response.read())
+        """GET JSON; 4xx answers return their JSON error body."""
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if 400 <= exc.code < 500:
+                return json.loads(exc.read())
+            raise
 
     def kill9(self) -> None:
         assert self.proc is not None

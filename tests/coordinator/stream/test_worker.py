@@ -174,3 +174,29 @@ def test_failover_to_the_second_worker_within_30s(make_worker: Callable) -> None
     assert took <= 30, f"failover took {took:.1f}s"
     ids = barrier_ids(standby)
     assert ids == list(range(1, len(ids) + 1))
+
+
+def test_lease_over_http_snapshot_and_expiry(
+    make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str], kafka_bootstrap: str
+) -> None:
+    worker = make_worker()
+    assert lockstep_cli("emit", "declare-table", "t", "--kind", "root").returncode == 0
+    assert lockstep_cli("emit", "register-job", "j", "--sink", "t", "--topics", "src").returncode == 0
+    completion = BarrierCompleted("j", "t", 1, 0, 7, committed_at_ms=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(Topics(coordinator_env["LOCKSTEP_TOPIC_PREFIX"]).completions,
+                     key=entity_key(completion).encode(), value=default_codec().encode(completion))
+    producer.flush(10)
+    wait_until(lambda: worker.get("/tables/t")["exact_points"] == {"1": 7}, 10, "the exact point")
+
+    assert worker.get("/snapshot?tables=t&as_of_barrier=1") == {"barrier": 1, "versions": {"t": 7}}
+    assert worker.get("/snapshot?tables=t") == {"barrier": 1, "versions": {"t": 7}}
+    assert "unknown table(s): nope" in worker.get("/snapshot?tables=nope")["error"]
+
+    lease = lockstep_cli("emit", "acquire-lease", "l1", "--holder", "me", "--tables", "t", "--barrier", "1", "--ttl-ms", "1500")
+    assert lease.returncode == 0, lease.stdout + lease.stderr
+    held = worker.get("/state")["state"]["leases"]["l1"]
+    assert held["versions"] == [{"table": "t", "version": 7}]
+    wait_until(lambda: "l1" not in worker.get("/state")["state"]["leases"], 15, "the lease to expire")
+    gone = lockstep_cli("emit", "release-lease", "l1")
+    assert gone.returncode == 1 and "unknown lease 'l1'" in gone.stderr

@@ -1,0 +1,197 @@
+"""Coordinator benchmarks: fold throughput, replay of 1M events, /snapshot latency.
+
+Usage: python -m bench.coordinator {fold,replay,snapshot} [--events N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+from coordinator.codec import default_codec
+from coordinator.domain import BarrierAnnounced, BarrierCompleted, JobState, TableState, entity_key, fold_all
+from coordinator.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def events(n: int, tables: int = 20, seed: int = 1) -> list[object]:
+    """A realistic mix: tables and jobs, then barriers and one completion per table per barrier."""
+    rng = random.Random(seed)
+    out: list[object] = [TableState(f"t{i}", "root") for i in range(tables)]
+    out += [JobState(f"j{i}", f"t{i}", external_topics=("src",)) for i in range(tables)]
+    b = 0
+    while len(out) < n:
+        b += 1
+        out.append(BarrierAnnounced(b, b * 1000))
+        for i in range(tables):
+            out.append(BarrierCompleted(f"j{i}", f"t{i}", b, 0, b, rows_in=rng.randint(0, 100), committed_at_ms=b * 1000 + 300))
+    return out[:n]
+
+
+def bench_fold(n: int) -> None:
+    evs = events(n)
+    t0 = time.perf_counter()
+    baseline: dict[str, object] = {}
+    for e in evs:
+        baseline[entity_key(e)] = e  # the cheapest possible "latest value per key"
+    base_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    state = fold_all(evs)
+    fold_s = time.perf_counter() - t0
+    codec = default_codec()
+    encoded = [codec.encode(e) for e in evs[: n // 10]]
+    t0 = time.perf_counter()
+    for data in encoded:
+        codec.decode(data)
+    decode_s = (time.perf_counter() - t0) * 10
+    print(f"events: {n}")
+    print(f"baseline dict[key] = event : {n / base_s:12,.0f} events/s")
+    print(f"fold                       : {n / fold_s:12,.0f} events/s  (ratio to baseline {base_s / fold_s:.2f})")
+    print(f"decode + fold              : {n / (fold_s + decode_s):12,.0f} events/s  (ratio to baseline {base_s / (fold_s + decode_s):.2f})")
+    print(f"state hash {state.state_hash()[:16]}")
+
+
+def start_broker(tmp: Path):  # noqa: ANN201
+    from coordinator.dev.broker import LocalBroker, free_port
+
+    broker = LocalBroker(tmp / "kafka", ROOT / ".lockstep/jars/kafka", port=free_port(), heap="1g")
+    broker.up()
+    return broker
+
+
+def bench_replay(n: int) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    from coordinator.stream.follower import StateReader
+    from coordinator.stream.topics import Topics, ensure_topics
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = start_broker(Path(tmp))
+        try:
+            settings = replace(Settings.from_env({}), bootstrap=broker.bootstrap)
+            topics = Topics(f"bench{uuid.uuid4().hex[:6]}")
+            ensure_topics(settings, topics)
+            codec = default_codec()
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "batch.size": 1_000_000})
+            t0 = time.perf_counter()
+            for i, e in enumerate(events(n)):
+                topic = topics.completions if isinstance(e, BarrierCompleted) else (
+                    topics.barriers if isinstance(e, BarrierAnnounced) else topics.registry)
+                while True:
+                    try:
+                        producer.produce(topic, key=entity_key(e).encode(), value=codec.encode(e))
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                if i % 10000 == 0:
+                    producer.poll(0)
+            producer.flush(120)
+            print(f"produced {n} events in {time.perf_counter() - t0:.1f}s")
+
+            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "raw", "enable.auto.commit": False})
+            consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics.state])
+            t0 = time.perf_counter()
+            seen = 0
+            while seen < n:
+                seen += len(consumer.consume(5000, 1.0))
+            raw_s = time.perf_counter() - t0
+            consumer.close()
+
+            reader = StateReader(settings, topics)
+            t0 = time.perf_counter()
+            state = reader.read_to_end(timeout=600)
+            replay_s = time.perf_counter() - t0
+            reader.close()
+            print(f"raw consume of {n} records : {raw_s:6.1f}s")
+            print(f"replay (decode + fold)       : {replay_s:6.1f}s  ({n / replay_s:,.0f} events/s, "
+                  f"{replay_s / raw_s:.2f}x the raw consume)  folded {reader.stats.events_folded}, "
+                  f"hash {state.state_hash()[:16]}")
+        finally:
+            broker.down()
+
+
+def bench_snapshot(requests: int) -> None:
+    from coordinator.dev.broker import free_port
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = start_broker(Path(tmp))
+        port = free_port()
+        env = {**os.environ, "LOCKSTEP_BOOTSTRAP": broker.bootstrap, "LOCKSTEP_HOME": tmp,
+               "LOCKSTEP_TOPIC_PREFIX": "bench", "LOCKSTEP_COORDINATOR_URL": f"http://127.0.0.1:{port}"}
+        log = open(Path(tmp) / "worker.log", "wb")
+        worker = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "worker", "--loglevel", "warn"],
+                                  env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    urllib.request.urlopen(base + "/health", timeout=2).read()
+                    break
+                except OSError:
+                    if worker.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit(f"worker did not start:\n{(Path(tmp) / 'worker.log').read_text()[-3000:]}")
+                    time.sleep(0.3)
+            # 20 tables x 500 barriers of completions, written as a job would.
+            from confluent_kafka import Producer
+
+            codec = default_codec()
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20})
+            evs = events(10_040)
+            for e in evs:
+                topic = {TableState: "bench.registry", JobState: "bench.registry",
+                         BarrierAnnounced: "bench.barriers", BarrierCompleted: "bench.completions"}[type(e)]
+                if isinstance(e, BarrierAnnounced):
+                    continue  # the worker's own clock announces barriers
+                producer.produce(topic, key=entity_key(e).encode(), value=codec.encode(e))
+            producer.flush(30)
+            time.sleep(3)
+            tables = ",".join(f"t{i}" for i in range(5))
+
+            def timed(path: str) -> list[float]:
+                out = []
+                for _ in range(requests):
+                    t0 = time.perf_counter()
+                    urllib.request.urlopen(base + path, timeout=5).read()
+                    out.append((time.perf_counter() - t0) * 1000)
+                return sorted(out)
+
+            health = timed("/health")
+            snap = timed(f"/snapshot?tables={tables}")
+
+            def pct(xs: list[float], p: float) -> float:
+                return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+            print(f"{requests} requests each, state of {len(evs)} events (5 of 20 tables per snapshot)")
+            print(f"/health   p50 {pct(health, .5):6.2f} ms  p99 {pct(health, .99):6.2f} ms")
+            print(f"/snapshot p50 {pct(snap, .5):6.2f} ms  p99 {pct(snap, .99):6.2f} ms  "
+                  f"(p50 ratio to /health {statistics.median(snap) / statistics.median(health):.2f})")
+        finally:
+            worker.terminate()
+            worker.wait(20)
+            broker.down()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("which", choices=["fold", "replay", "snapshot"])
+    parser.add_argument("--events", type=int, default=1_000_000, help="events for fold/replay (default 1,000,000)")
+    parser.add_argument("--requests", type=int, default=2000, help="requests for snapshot (default 2000)")
+    args = parser.parse_args()
+    {"fold": lambda: bench_fold(args.events), "replay": lambda: bench_replay(args.events),
+     "snapshot": lambda: bench_snapshot(args.requests)}[args.which]()
+
+
+if __name__ == "__main__":
+    main()
