@@ -54,6 +54,12 @@ def test_emit_prints_outcomes_with_exit_codes(make_worker: Callable, lockstep_cl
     assert topology["jobs"]["ingest"]["external_topics"] == ["src"]
     shown = lockstep_cli("topology", "--format", "json", url=worker.url)
     assert shown.returncode == 0 and '"ingest"' in shown.stdout
+    dot = lockstep_cli("topology", "--format", "dot", url=worker.url)
+    assert '"kafka:src" -> "shopping" [label="ingest"];' in dot.stdout
+
+    tail = lockstep_cli("barriers", "tail", "--from-beginning", "--count", "3", timeout=60)
+    assert tail.returncode == 0
+    assert [line.split()[:2] for line in tail.stdout.splitlines()] == [["barrier", "1"], ["barrier", "2"], ["barrier", "3"]]
 
 
 def test_emit_without_a_coordinator_exits_2(lockstep_cli: Callable) -> None:
