@@ -35,7 +35,9 @@ def events(n: int, tables: int = 20, seed: int = 1) -> list[object]:
         b += 1
         out.append(BarrierAnnounced(b, b * 1000))
         for i in range(tables):
-            out.append(BarrierCompleted(f"j{i}", f"t{i}", b, 0, b, rows_in=rng.randint(0, 100), committed_at_ms=b * 1000 + 300))
+            out.append(
+                BarrierCompleted(f"j{i}", f"t{i}", b, 0, b, rows_in=rng.randint(0, 100), committed_at_ms=b * 1000 + 300)
+            )
     return out[:n]
 
 
@@ -58,7 +60,8 @@ def bench_fold(n: int) -> None:
     print(f"events: {n}")
     print(f"baseline dict[key] = event : {n / base_s:12,.0f} events/s")
     print(f"fold                       : {n / fold_s:12,.0f} events/s  (ratio to baseline {base_s / fold_s:.2f})")
-    print(f"decode + fold              : {n / (fold_s + decode_s):12,.0f} events/s  (ratio to baseline {base_s / (fold_s + decode_s):.2f})")
+    both = fold_s + decode_s
+    print(f"decode + fold              : {n / both:12,.0f} events/s  (ratio to baseline {base_s / both:.2f})")
     print(f"state hash {state.state_hash()[:16]}")
 
 
@@ -139,9 +142,9 @@ def bench_snapshot(requests: int) -> None:
                 try:
                     urllib.request.urlopen(base + "/health", timeout=2).read()
                     break
-                except OSError:
+                except OSError as exc:
                     if worker.poll() is not None or time.monotonic() > deadline:
-                        raise SystemExit(f"worker did not start:\n{(Path(tmp) / 'worker.log').read_text()[-3000:]}")
+                        raise SystemExit(f"worker did not start:\n{(Path(tmp) / 'worker.log').read_text()[-3000:]}") from exc
                     time.sleep(0.3)
             # 20 tables x 500 barriers of completions, written as a job would.
             from confluent_kafka import Producer

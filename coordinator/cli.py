@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.client import Unreachable, emit, get_json, new_request_id
+from coordinator.dev.broker import BrokerError, BrokerStatus, LocalBroker
 from coordinator.domain import (
     AcquireLease,
     Command,
@@ -27,7 +28,6 @@ from coordinator.domain import (
     ReleaseLease,
     RequestRevision,
 )
-from coordinator.dev.broker import BrokerError, BrokerStatus, LocalBroker
 from coordinator.settings import Settings, SettingsError
 
 
@@ -334,7 +334,7 @@ def barriers_tail(settings: Settings, from_beginning: bool, count: int | None) -
             except DecodeError as exc:
                 click.echo(f"(skipped undecodable record at offset {msg.offset()}: {exc})", err=True)
                 continue
-            when = datetime.fromtimestamp(b.ts_ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+            when = datetime.fromtimestamp(b.ts_ms / 1000, UTC).isoformat(timespec="milliseconds")
             cut = ", ".join(f"{c.topic}[{c.partition}]={c.offset}" for c in b.cut) or "no external topics"
             click.echo(f"barrier {b.barrier}  {when}  {cut}")
             seen += 1

@@ -52,7 +52,7 @@ class Settings:
             replication_factor=_positive_int(env, "LOCKSTEP_REPLICATION_FACTOR", 1),
             kafka_client=kafka_passthrough(env),
         )
-        settings.bootstrap_port  # validate early, with a message that names the variable
+        _ = settings.bootstrap_port  # validate early, with a message that names the variable
         return settings
 
     @property

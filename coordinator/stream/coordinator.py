@@ -53,10 +53,10 @@ class Counters:
 
 
 class Coordinator:
-    def __init__(self, settings: Settings, topics: Topics, barrier_config: BarrierConfig = BarrierConfig()) -> None:
+    def __init__(self, settings: Settings, topics: Topics, barrier_config: BarrierConfig | None = None) -> None:
         self.settings = settings
         self.topics = topics
-        self.barrier_config = barrier_config
+        self.barrier_config = barrier_config or BarrierConfig()
         self.codec = default_codec()
         self.follower = StateFollower(settings, topics)
         self.producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "linger.ms": 0}))

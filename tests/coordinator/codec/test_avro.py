@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastavro import parse_schema, schemaless_writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from fastavro import parse_schema, schemaless_writer
 
 from coordinator.codec import SCHEMA_DIR, DecodeError, EventCodec, default_codec
 from coordinator.codec.avro import schema_fingerprint

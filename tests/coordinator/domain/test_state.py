@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.domain import BarrierAnnounced, BarrierCompleted, MetaState, RequestRevision, fold_all
-from coordinator.domain import GenerationStart, TableState
+from coordinator.domain import (
+    BarrierAnnounced,
+    BarrierCompleted,
+    GenerationStart,
+    MetaState,
+    RequestRevision,
+    TableState,
+    fold_all,
+)
 
 MakeState = Callable[..., MetaState]
 
