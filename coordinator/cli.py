@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -366,6 +368,77 @@ def replay_command(settings: Settings, verify: bool) -> None:
             for line in result.differences:
                 click.echo(f"  {line}", err=True)
             sys.exit(1)
+
+
+# -- pipelines --------------------------------------------------------------------------------------
+
+
+def load_or_exit(path: str) -> Any:
+    from spark_jobs.pipeline import PipelineError, load_pipeline
+
+    try:
+        return load_pipeline(Path(path))
+    except PipelineError as exc:
+        click.echo(f"error: {path}: {exc}", err=True)
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--job", "jobs", multiple=True, help="Run only this job (job id or sink table); repeatable.")
+@click.pass_obj
+def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...]) -> None:
+    """Register a pipeline's tables and jobs with the coordinator, then run its jobs.
+
+    Any rejection is printed and nothing starts. Each job is its own streaming query with
+    its own checkpoint under $LOCKSTEP_HOME/checkpoints; one failing job does not stop the
+    others. Ctrl-C stops them all.
+    """
+    from coordinator.domain.errors import Rejected
+    from spark_jobs.runner import register_pipeline, start_jobs
+    from spark_jobs.session import build_session
+
+    pipeline = load_or_exit(pipeline_file)
+    known = {j.job_id for j in pipeline.jobs} | {j.sink for j in pipeline.jobs}
+    unknown = [j for j in jobs if j not in known]
+    if unknown:
+        raise click.UsageError(f"no job or table {', '.join(unknown)} in {pipeline_file}; known: {', '.join(sorted(known))}")
+    try:
+        register_pipeline(settings, pipeline)
+    except Rejected as exc:
+        click.echo(f"rejected: {exc}; nothing was started", err=True)
+        sys.exit(1)
+    except Unreachable as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings)
+    queries = start_jobs(spark, pipeline, settings, only=jobs)
+    click.echo(f"running {len(queries)} job(s): {', '.join(q.name for q in queries)} (Ctrl-C stops)")
+    failed: set[str] = set()
+    try:
+        while any(q.isActive for q in queries):
+            for q in queries:
+                if not q.isActive and q.name not in failed and q.exception() is not None:
+                    failed.add(q.name)
+                    click.echo(f"job {q.name} failed (the others keep running): {q.exception()}", err=True)
+            time.sleep(1)
+    except KeyboardInterrupt:
+        click.echo("stopping ...")
+    finally:
+        for q in queries:
+            q.stop()
+    sys.exit(1 if failed else 0)
+
+
+@cli.command()
+@click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
+def explain(pipeline_file: str) -> None:
+    """Print, per job, how it maintains its table and why."""
+    from spark_jobs.runner import explain_job
+
+    pipeline = load_or_exit(pipeline_file)
+    for job in pipeline.jobs:
+        click.echo(f"{job.job_id} -> {job.sink}: {explain_job(pipeline, job)}")
 
 
 def main() -> None:

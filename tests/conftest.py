@@ -140,3 +140,6 @@ def spark(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory):  #
 def table_path(warehouse: Path) -> Callable[[str], str]:
     """Factory: ``table_path("orders")`` -> a path for a Delta table in this test's warehouse."""
     return lambda name: str(warehouse / name)
+
+
+pytest_plugins = ["tests.worker_fixtures"]

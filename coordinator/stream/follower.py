@@ -116,13 +116,17 @@ class StateReader:
         return all(self.stats.positions.get(t, 0) >= off for t, off in marks.items())
 
     def read_to_end(self, timeout: float = 120.0) -> MetaState:
-        """Fold everything written before this call (replay)."""
-        return self.read_until(self.end_offsets(), timeout)
+        """Fold at least everything written before this call; can be called again and again."""
+        return self._read(self.end_offsets(), timeout)
 
     def read_until(self, marks: dict[str, int], timeout: float = 120.0) -> MetaState:
-        """Fold each topic exactly up to its offset in ``marks`` (nothing after it), e.g. the
-        positions a live coordinator reports with its state, to compare like with like."""
+        """Fold each topic exactly up to its offset in ``marks`` and nothing after it (records
+        past a mark are dropped, so this is the reader's last read), e.g. the positions a live
+        coordinator reports with its state, to compare like with like."""
         self.limits = dict(marks)
+        return self._read(marks, timeout)
+
+    def _read(self, marks: dict[str, int], timeout: float) -> MetaState:
         deadline = time.monotonic() + timeout
         while not self.caught_up(marks):
             if time.monotonic() > deadline:

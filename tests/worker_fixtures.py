@@ -1,3 +1,5 @@
+"""Fixtures that run real coordinator workers; loaded as a pytest plugin by tests/conftest.py."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +20,8 @@ import pytest
 
 from coordinator.dev.broker import free_port
 from coordinator.settings import Settings
-from tests.conftest import ROOT
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass

@@ -1,0 +1,138 @@
+"""One Delta commit per barrier, idempotent, and the completion that announces it.
+
+Every write a job makes for barrier ``b`` carries ``txnAppId = "<job>#g<generation>"``,
+``txnVersion = b`` and ``userMetadata = {"barrier": b, "job": ..., "generation": g}``. Replaying
+the barrier after a crash is then a no-op in Delta, and the version that holds barrier ``b``
+is found again from the table history.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from confluent_kafka import Producer
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from coordinator.codec import default_codec
+from coordinator.domain import BarrierCompleted, OffsetRange, SourceVersion, entity_key
+from coordinator.settings import Settings
+from coordinator.stream.topics import Topics
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@contextmanager
+def barrier_txn(spark: SparkSession, app_id: str, barrier: int, metadata: str) -> Iterator[None]:
+    """Session settings that make DML (MERGE, overwrite via SQL) idempotent for one barrier."""
+    keys = {
+        "spark.databricks.delta.write.txnAppId": app_id,
+        "spark.databricks.delta.write.txnVersion": str(barrier),
+        "spark.databricks.delta.commitInfo.userMetadata": metadata,
+    }
+    for k, v in keys.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k in keys:
+            spark.conf.unset(k)
+
+
+@dataclass
+class DeltaSink:
+    """A job's sink table: creation, barrier-stamped writes, and barrier -> version lookup."""
+
+    spark: SparkSession
+    path: str
+    job_id: str
+    schema_ddl: str
+    versions: dict[tuple[int, int], int] = field(default_factory=dict)  # (generation, barrier) -> version
+
+    def __post_init__(self) -> None:
+        schema = self.spark.createDataFrame([], self.schema_ddl).schema
+        DeltaTable.createIfNotExists(self.spark).location(self.path).addColumns(schema).property(
+            "delta.enableChangeDataFeed", "true"
+        ).execute()
+        self._load_history()
+
+    def _load_history(self) -> None:
+        for row in DeltaTable.forPath(self.spark, self.path).history().select("version", "userMetadata").collect():
+            meta = _metadata(row["userMetadata"])
+            if meta.get("job") == self.job_id:
+                self.versions[(int(meta["generation"]), int(meta["barrier"]))] = int(row["version"])
+
+    def app_id(self, generation: int) -> str:
+        return f"{self.job_id}#g{generation}"
+
+    def metadata(self, barrier: int, generation: int) -> str:
+        return json.dumps({"barrier": barrier, "job": self.job_id, "generation": generation})
+
+    def version_at(self, barrier: int, generation: int) -> int:
+        """The version holding ``barrier`` when this job made no commit for it: its newest
+        commit for an earlier barrier, or the table's first version."""
+        earlier = [v for (g, b), v in self.versions.items() if b <= barrier and g <= generation]
+        return max(earlier, default=0)
+
+    def commit(self, barrier: int, generation: int, write: Callable[[], None]) -> int:
+        """Run ``write`` under the barrier's txn; return the version that holds the barrier."""
+        known = self.versions.get((generation, barrier))
+        if known is not None:
+            return known  # committed before a crash: Delta would skip the write anyway
+        with barrier_txn(self.spark, self.app_id(generation), barrier, self.metadata(barrier, generation)):
+            write()
+        history = DeltaTable.forPath(self.spark, self.path).history(1).first()
+        meta = _metadata(history["userMetadata"])
+        if meta.get("job") == self.job_id and meta.get("barrier") == barrier:
+            self.versions[(generation, barrier)] = int(history["version"])
+            return int(history["version"])
+        self._load_history()  # the write was a no-op: find the version of the earlier commit
+        return self.versions.get((generation, barrier), self.version_at(barrier, generation))
+
+
+def _metadata(raw: str | None) -> dict:
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class CompletionPublisher:
+    """Publishes BarrierCompleted facts (after the Delta commit, never before)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.topic = Topics(settings.topic_prefix).completions
+        self.codec = default_codec()
+        self.producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "linger.ms": 0}))
+
+    def publish(
+        self,
+        job_id: str,
+        table: str,
+        barrier: int,
+        generation: int,
+        version: int,
+        started_at_ms: int,
+        rows: tuple[int, int, int] = (0, 0, 0),
+        source_versions: dict[str, int] | None = None,
+        offsets: list[tuple[str, int, int, int]] | None = None,
+    ) -> BarrierCompleted:
+        fact = BarrierCompleted(
+            job_id, table, barrier, generation, version, rows[0], rows[1], rows[2],
+            tuple(SourceVersion(t, v) for t, v in sorted((source_versions or {}).items())),
+            tuple(OffsetRange(t, p, s, e) for t, p, s, e in offsets or []),
+            started_at_ms, now_ms(),
+        )
+        self.producer.produce(self.topic, key=entity_key(fact).encode(), value=self.codec.encode(fact))
+        if self.producer.flush(30) != 0:
+            raise RuntimeError(f"could not publish the completion of {table}@{barrier} to {self.topic}")
+        return fact

@@ -1,0 +1,169 @@
+"""Barrier-delimited micro-batches: a Python streaming data source whose offsets are barrier ids.
+
+``latestOffset`` returns the newest barrier the job may process (for a root job: the newest
+announced; for an intermediate job: the newest exact point of all its sources), so every
+micro-batch covers whole barriers ``(start, end]`` and never splits one. Each row of a batch
+is one barrier with what the job needs to process it (cuts, or source versions); the job's
+``foreachBatch`` then commits one Delta version per barrier and publishes a completion.
+
+The reader runs in Spark's Python source runner, a separate process: it folds the state
+topics itself with the same StateReader as every other component.
+
+Example::
+
+    spark.dataSource.register(BarrierSource)
+    barriers = (spark.readStream.format("lockstep_barriers")
+                .option("job_id", "ingest_shopping").options(**settings_options(settings)).load())
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from coordinator.domain import JobState, MetaState
+from coordinator.settings import Settings
+
+SCHEMA = "barrier BIGINT, generation BIGINT, ts_ms BIGINT, info STRING"
+
+
+def settings_options(settings: Settings) -> dict[str, str]:
+    """What the source runner process needs to reach the state topics."""
+    return {
+        "bootstrap": settings.bootstrap,
+        "topic_prefix": settings.topic_prefix,
+        "kafka_client": json.dumps(dict(settings.kafka_client)),
+    }
+
+
+@dataclass(frozen=True)
+class BarrierWork:
+    """One barrier for one job: the unit a job commits."""
+
+    barrier: int
+    generation: int
+    ts_ms: int
+    # root jobs: per topic-partition [start, end) offsets; start -2 means "earliest"
+    offsets: list[tuple[str, int, int, int]] = field(default_factory=list)
+    # intermediate jobs: source table -> Delta version at this barrier
+    source_versions: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"offsets": self.offsets, "source_versions": self.source_versions})
+
+    @classmethod
+    def from_row(cls, row: Any) -> BarrierWork:
+        info = json.loads(row["info"])
+        return cls(row["barrier"], row["generation"], row["ts_ms"],
+                   [tuple(o) for o in info["offsets"]], info["source_versions"])
+
+
+def ready_barrier(state: MetaState, job: JobState) -> int:
+    """The newest barrier ``job`` may process now."""
+    if job.external_topics:
+        return state.last_barrier()
+    return state.common_barrier(job.sources) or 0
+
+
+def work_for(state: MetaState, job: JobState, start: int, end: int) -> list[BarrierWork]:
+    """The barriers in ``(start, end]`` that ``job`` processes, with what it needs for each."""
+    out = []
+    for b in range(start + 1, end + 1):
+        announced = state.barriers.get(b)
+        if announced is None:
+            continue
+        work = BarrierWork(b, job.generation, announced.ts_ms)
+        if job.external_topics:
+            previous = state.barriers.get(b - 1)
+            first = b - 1 <= (job.restart_from_barrier if job.restart_from_barrier is not None else job.start_barrier)
+            before = {} if first or previous is None else {(c.topic, c.partition): c.offset for c in previous.cut}
+            offsets = [
+                (c.topic, c.partition, before.get((c.topic, c.partition), -2), c.offset)
+                for c in announced.cut
+                if c.topic in job.external_topics
+            ]
+            out.append(replace(work, offsets=offsets))
+        else:
+            versions = {s: state.exact_points(s).get(b) for s in job.sources}
+            if all(v is not None for v in versions.values()):
+                out.append(replace(work, source_versions=versions))  # type: ignore[arg-type]
+    return out
+
+
+def register_barrier_source(spark: Any) -> None:
+    """Register ``lockstep_barriers`` once per Spark application (registration is global)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.dataSource.register(BarrierSource)
+    except AnalysisException as exc:
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
+
+
+class BarrierSource(DataSource):
+    """``spark.readStream.format("lockstep_barriers").option("job_id", ...)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "lockstep_barriers"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802 - pyspark API
+        return BarrierReader(dict(self.options))
+
+
+class BarrierReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.job_id = options["job_id"]
+        self.options = options
+        self._reader: Any = None
+
+    def _state(self) -> MetaState:
+        if self._reader is None:
+            from coordinator.stream.follower import StateReader
+            from coordinator.stream.topics import Topics
+
+            settings = Settings(
+                bootstrap=self.options["bootstrap"],
+                topic_prefix=self.options["topic_prefix"],
+                kafka_client=json.loads(self.options.get("kafka_client", "{}")),
+            )
+            self._reader = StateReader(settings, Topics(settings.topic_prefix))
+        return self._reader.read_to_end(timeout=60)
+
+    def _job(self, state: MetaState) -> JobState:
+        job = state.jobs.get(self.job_id)
+        if job is None:
+            raise RuntimeError(f"job {self.job_id!r} is not registered with the coordinator (run `lockstep run` first)")
+        return job
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 - pyspark API
+        job = self._job(self._state())
+        start = job.restart_from_barrier if job.restart_from_barrier is not None else job.start_barrier
+        return {"barrier": start}
+
+    def latestOffset(self) -> dict[str, int]:  # noqa: N802 - pyspark API
+        state = self._state()
+        job = self._job(state)
+        start = job.restart_from_barrier if job.restart_from_barrier is not None else job.start_barrier
+        return {"barrier": max(start, ready_barrier(state, job))}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        state = self._state()
+        work = work_for(state, self._job(state), start["barrier"], end["barrier"])
+        rows = [(w.barrier, w.generation, w.ts_ms, w.to_json()) for w in work]
+        return [InputPartition(json.dumps(rows))]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int, int, int, str]]:
+        for row in json.loads(partition.value):
+            yield tuple(row)  # type: ignore[misc]
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass

@@ -1,0 +1,97 @@
+"""Register a pipeline with the coordinator and run its jobs as barrier-driven streaming queries.
+
+Example::
+
+    pipeline = load_pipeline(Path("pipelines/shopping.sql"))
+    register_pipeline(settings, pipeline)          # raises Rejected: nothing is started then
+    queries = start_jobs(spark, pipeline, settings)  # one streaming query per job
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from coordinator.client import emit, new_request_id
+from coordinator.domain import CommandOutcome, DeclareTable, RegisterJob
+from coordinator.domain.errors import Rejected
+from coordinator.settings import Settings
+from spark_jobs.commits import CompletionPublisher
+from spark_jobs.epochs import BarrierWork, register_barrier_source, settings_options
+from spark_jobs.ingest import RootIngestion
+from spark_jobs.ivm import FullRefresh
+from spark_jobs.pipeline import Job, Pipeline, RootTable
+
+SUPPORTED_ROOT_FORMATS = ("json",)
+
+
+def register_pipeline(settings: Settings, pipeline: Pipeline, timeout: float = 30.0) -> list[CommandOutcome]:
+    """Declare every table and register every job; the first rejection raises Rejected."""
+    commands = [
+        DeclareTable(new_request_id(), t.name, "root", t.primary_key, t.schema_ddl) for t in pipeline.roots
+    ] + [DeclareTable(new_request_id(), t.name, "intermediate") for t in pipeline.derived if t.declared_here]
+    commands += [RegisterJob(new_request_id(), j.job_id, j.sink, j.sources, j.external_topics, j.sql) for j in pipeline.jobs]
+    outcomes = []
+    for command in commands:
+        outcome = emit(settings, command, timeout)
+        if not outcome.accepted:
+            raise Rejected(f"{outcome.command} {getattr(command, 'name', getattr(command, 'job_id', ''))}: {outcome.reason}")
+        outcomes.append(outcome)
+    return outcomes
+
+
+def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Settings,
+              on_barrier: Callable[[BarrierWork], None] | None = None) -> StreamingQuery:
+    """Start one job as its own streaming query. Its writes use a session of their own, since
+    the per-barrier Delta txn settings are session SQL confs and jobs run concurrently."""
+    register_barrier_source(spark)
+    session = spark.newSession()
+    publisher = CompletionPublisher(settings)
+    table = pipeline.table(job.sink)
+    if isinstance(table, RootTable):
+        if table.format not in SUPPORTED_ROOT_FORMATS:
+            raise NotImplementedError(f"root table {table.name}: format {table.format} is not implemented yet")
+        processor = RootIngestion(session, table, job.job_id, settings.warehouse.absolute(), publisher, settings.bootstrap)
+    else:
+        processor = FullRefresh(session, table, job.job_id, settings.warehouse.absolute(), publisher)
+
+    def batch(frame: DataFrame, batch_id: int) -> None:
+        for row in sorted(frame.collect(), key=lambda r: r["barrier"]):
+            work = BarrierWork.from_row(row)
+            processor.process(work)
+            if on_barrier is not None:
+                on_barrier(work)
+
+    barriers = (
+        spark.readStream.format("lockstep_barriers")
+        .option("job_id", job.job_id)
+        .options(**settings_options(settings))
+        .load()
+    )
+    checkpoint = (settings.home / "checkpoints" / job.job_id).absolute()
+    return (
+        barriers.writeStream.queryName(job.job_id)
+        .foreachBatch(batch)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+
+
+def explain_job(pipeline: Pipeline, job: Job) -> str:
+    """How a job maintains its table, in one line (what `lockstep explain` prints)."""
+    table = pipeline.table(job.sink)
+    if isinstance(table, RootTable):
+        how = f"upsert (MERGE) by key ({', '.join(table.primary_key)})" if table.primary_key else "append"
+        return (f"root ingestion from Kafka topic {table.topic}, format {table.format}, {how}; "
+                f"one Delta commit per barrier, bad records to {table.name}__dlq")
+    return (f"full refresh: recompute the query over {', '.join(table.sources)} at their versions for each "
+            "barrier where a source changed (incremental operators are not implemented yet)")
+
+
+def start_jobs(spark: SparkSession, pipeline: Pipeline, settings: Settings,
+               only: Sequence[str] = ()) -> list[StreamingQuery]:
+    jobs = [j for j in pipeline.jobs if not only or j.job_id in only or j.sink in only]
+    return [start_job(spark, pipeline, job, settings) for job in jobs]

@@ -1,0 +1,115 @@
+"""Root ingestion and a derived table, barrier by barrier, against a real worker, Kafka and Delta.
+
+The oracle is plain Python over the records the test produced, cut where the barrier's cut says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import DataFrame, SparkSession
+
+from coordinator.domain import MetaState
+from coordinator.settings import Settings
+from coordinator.stream.follower import StateReader
+from coordinator.stream.topics import Topics
+from spark_jobs.pipeline import parse_pipeline
+from spark_jobs.runner import register_pipeline, start_jobs
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PIPELINE = """
+CREATE TABLE shopping (user_id BIGINT, item_id BIGINT, amount BIGINT, price DOUBLE)
+  WITH ('source' = 'kafka:{topic}', 'format' = 'json');
+CREATE TABLE user_item_amount AS
+  SELECT user_id, item_id, SUM(amount) AS total_amount FROM shopping GROUP BY user_id, item_id;
+"""
+
+
+def read_state(settings: Settings) -> MetaState:
+    reader = StateReader(settings, Topics(settings.topic_prefix))
+    try:
+        return reader.read_to_end()
+    finally:
+        reader.close()
+
+
+def wait_for_barrier(
+    settings: Settings, tables: list[str], covers: dict[int, int], topic: str, timeout: float = 120
+) -> tuple[MetaState, int]:
+    """Newest common exact point whose cut covers ``covers`` (partition -> end offset)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = read_state(settings)
+        b = state.common_barrier(tables)
+        if b is not None:
+            cut = {c.partition: c.offset for c in state.barriers[b].cut if c.topic == topic}
+            if all(cut.get(p, 0) >= end for p, end in covers.items()):
+                return state, b
+        time.sleep(0.5)
+    raise AssertionError(f"no common exact point covering {covers} within {timeout}s")
+
+
+def at(spark: SparkSession, settings: Settings, table: str, version: int) -> DataFrame:
+    return spark.read.format("delta").option("versionAsOf", version).load(str(settings.warehouse / table))
+
+
+def test_root_json_ingestion_with_dead_letters_and_a_derived_table(
+    spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], make_topic: Callable,
+    kafka_bootstrap: str, tmp_path: Path,
+) -> None:
+    settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home")
+    topic = make_topic(partitions=2)
+    make_worker()
+    pipeline = parse_pipeline(PIPELINE.format(topic=topic))
+    register_pipeline(settings, pipeline)
+    queries = start_jobs(spark, pipeline, settings)
+    try:
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        sent: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
+        bad_values = [b"{not json", b'{"user_id": 1, "item_id": 2, "amount": "lots", "price": 1.0}', b"[1, 2]"]
+
+        def send(values: list[bytes]) -> dict[int, int]:
+            for i, value in enumerate(values):
+                producer.produce(topic, value=value, partition=i % 2,
+                                 on_delivery=lambda err, msg: sent.append((msg.partition(), msg.offset(), msg.value())))
+            producer.flush(10)
+            ends: dict[int, int] = defaultdict(int)
+            for p, off, _ in sent:
+                ends[p] = max(ends[p], off + 1)
+            return dict(ends)
+
+        good = [json.dumps({"user_id": i % 3, "item_id": i % 2, "amount": i, "price": 0.5}).encode() for i in range(40)]
+        ends = send(good[:20] + bad_values)
+        for round_ends in (ends, send(good[20:])):
+            state, b = wait_for_barrier(settings, ["shopping", "user_item_amount"], round_ends, topic)
+            cut = {c.partition: c.offset for c in state.barriers[b].cut}
+            upto = [json.loads(v) for p, off, v in sent if off < cut.get(p, 0) and v not in bad_values]
+            expected_sum: dict[tuple[int, int], int] = defaultdict(int)
+            for r in upto:
+                expected_sum[(r["user_id"], r["item_id"])] += r["amount"]
+
+            versions = {t: state.exact_points(t)[b] for t in ("shopping", "user_item_amount")}
+            assert at(spark, settings, "shopping", versions["shopping"]).count() == len(upto)
+            amounts = at(spark, settings, "user_item_amount", versions["user_item_amount"])
+            assert {(r["user_id"], r["item_id"]): r["total_amount"] for r in amounts.collect()} == dict(expected_sum)
+
+        dlq = spark.read.format("delta").load(str(settings.warehouse / "shopping__dlq")).collect()
+        reasons = sorted(r["error"] for r in dlq)
+        assert len(dlq) == 3
+        assert any(r.startswith("malformed JSON") for r in reasons)
+        assert "column amount: expected BIGINT, got str \"lots\"" in reasons
+        assert "expected a JSON object, got list" in reasons
+        completions = state.completions["shopping"].values()
+        assert sum(c.rows_in for c in completions) == len(sent)
+        assert sum(c.rows_out for c in completions) + sum(c.rows_rejected for c in completions) == len(sent)
+    finally:
+        for q in queries:
+            q.stop()
