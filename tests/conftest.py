@@ -8,6 +8,7 @@ at the end. Fixtures that make things are factories: call them as often as a tes
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["tests.worker_fixtures"]
 
 
 @pytest.fixture(scope="session")
@@ -60,6 +62,7 @@ def kafka_bootstrap(base_settings: Settings, tmp_path_factory: pytest.TempPathFa
         try:
             yield broker.bootstrap
         finally:
+            gc.collect()  # close leftover clients first, so they do not log reconnect failures at exit
             broker.down()
 
 
@@ -141,5 +144,3 @@ def table_path(warehouse: Path) -> Callable[[str], str]:
     """Factory: ``table_path("orders")`` -> a path for a Delta table in this test's warehouse."""
     return lambda name: str(warehouse / name)
 
-
-pytest_plugins = ["tests.worker_fixtures"]

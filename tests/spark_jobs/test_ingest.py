@@ -113,3 +113,36 @@ def test_root_json_ingestion_with_dead_letters_and_a_derived_table(
     finally:
         for q in queries:
             q.stop()
+
+
+def test_primary_key_table_upserts_with_the_last_change_per_key_winning(
+    spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], make_topic: Callable,
+    kafka_bootstrap: str, tmp_path: Path,
+) -> None:
+    settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home")
+    topic = make_topic(partitions=1)
+    make_worker()
+    pipeline = parse_pipeline(
+        f"CREATE TABLE accounts (id BIGINT, balance BIGINT) "
+        f"WITH ('source' = 'kafka:{topic}', 'format' = 'json', 'primary_key' = 'id')"
+    )
+    register_pipeline(settings, pipeline)
+    queries = start_jobs(spark, pipeline, settings)
+    try:
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        expected: dict[int, int] = {}
+        for step in range(30):  # each id is written several times inside one barrier
+            record = {"id": step % 4, "balance": step}
+            expected[record["id"]] = record["balance"]
+            producer.produce(topic, key=str(record["id"]).encode(), value=json.dumps(record).encode())
+        producer.produce(topic, value=json.dumps({"id": None, "balance": 1}).encode())
+        producer.flush(10)
+        state, b = wait_for_barrier(settings, ["accounts"], {0: 31}, topic)
+        rows = at(spark, settings, "accounts", state.exact_points("accounts")[b]).collect()
+        assert {r["id"]: r["balance"] for r in rows} == expected
+        assert len(rows) == 4
+        dlq = spark.read.format("delta").load(str(settings.warehouse / "accounts__dlq")).collect()
+        assert [r["error"] for r in dlq] == ["primary key column id is missing or null"]
+    finally:
+        for q in queries:
+            q.stop()
