@@ -9,12 +9,13 @@ import dataclasses
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from coordinator.domain import MetaState
 from coordinator.settings import Settings
@@ -57,92 +58,95 @@ def wait_for_barrier(
     raise AssertionError(f"no common exact point covering {covers} within {timeout}s")
 
 
+@pytest.fixture
+def run_pipeline(
+    spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path
+) -> Iterator[Callable[[str], Settings]]:
+    """Factory: ``run_pipeline(sql)`` starts a worker, registers the pipeline and runs its jobs;
+    returns the settings they use. The jobs stop at the end of the test."""
+    queries: list[StreamingQuery] = []
+
+    def run(sql: str) -> Settings:
+        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home")
+        make_worker()
+        pipeline = parse_pipeline(sql)
+        register_pipeline(settings, pipeline)
+        queries.extend(start_jobs(spark, pipeline, settings))
+        return settings
+
+    yield run
+    for query in queries:
+        query.stop()
+
+
 def at(spark: SparkSession, settings: Settings, table: str, version: int) -> DataFrame:
     return spark.read.format("delta").option("versionAsOf", version).load(str(settings.warehouse / table))
 
 
 def test_root_json_ingestion_with_dead_letters_and_a_derived_table(
-    spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], make_topic: Callable,
-    kafka_bootstrap: str, tmp_path: Path,
+    spark: SparkSession, run_pipeline: Callable[[str], Settings], make_topic: Callable, kafka_bootstrap: str
 ) -> None:
-    settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home")
     topic = make_topic(partitions=2)
-    make_worker()
-    pipeline = parse_pipeline(PIPELINE.format(topic=topic))
-    register_pipeline(settings, pipeline)
-    queries = start_jobs(spark, pipeline, settings)
-    try:
-        producer = Producer({"bootstrap.servers": kafka_bootstrap})
-        sent: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
-        bad_values = [b"{not json", b'{"user_id": 1, "item_id": 2, "amount": "lots", "price": 1.0}', b"[1, 2]"]
+    settings = run_pipeline(PIPELINE.format(topic=topic))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    sent: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
+    bad_values = [b"{not json", b'{"user_id": 1, "item_id": 2, "amount": "lots", "price": 1.0}', b"[1, 2]"]
 
-        def send(values: list[bytes]) -> dict[int, int]:
-            for i, value in enumerate(values):
-                producer.produce(topic, value=value, partition=i % 2,
-                                 on_delivery=lambda err, msg: sent.append((msg.partition(), msg.offset(), msg.value())))
-            producer.flush(10)
-            ends: dict[int, int] = defaultdict(int)
-            for p, off, _ in sent:
-                ends[p] = max(ends[p], off + 1)
-            return dict(ends)
+    def send(values: list[bytes]) -> dict[int, int]:
+        for i, value in enumerate(values):
+            producer.produce(topic, value=value, partition=i % 2,
+                             on_delivery=lambda err, msg: sent.append((msg.partition(), msg.offset(), msg.value())))
+        producer.flush(10)
+        ends: dict[int, int] = defaultdict(int)
+        for p, off, _ in sent:
+            ends[p] = max(ends[p], off + 1)
+        return dict(ends)
 
-        good = [json.dumps({"user_id": i % 3, "item_id": i % 2, "amount": i, "price": 0.5}).encode() for i in range(40)]
-        ends = send(good[:20] + bad_values)
-        for round_ends in (ends, send(good[20:])):
-            state, b = wait_for_barrier(settings, ["shopping", "user_item_amount"], round_ends, topic)
-            cut = {c.partition: c.offset for c in state.barriers[b].cut}
-            upto = [json.loads(v) for p, off, v in sent if off < cut.get(p, 0) and v not in bad_values]
-            expected_sum: dict[tuple[int, int], int] = defaultdict(int)
-            for r in upto:
-                expected_sum[(r["user_id"], r["item_id"])] += r["amount"]
+    good = [json.dumps({"user_id": i % 3, "item_id": i % 2, "amount": i, "price": 0.5}).encode() for i in range(40)]
+    ends = send(good[:20] + bad_values)
+    for round_ends in (ends, send(good[20:])):
+        state, b = wait_for_barrier(settings, ["shopping", "user_item_amount"], round_ends, topic)
+        cut = {c.partition: c.offset for c in state.barriers[b].cut}
+        upto = [json.loads(v) for p, off, v in sent if off < cut.get(p, 0) and v not in bad_values]
+        expected_sum: dict[tuple[int, int], int] = defaultdict(int)
+        for r in upto:
+            expected_sum[(r["user_id"], r["item_id"])] += r["amount"]
 
-            versions = {t: state.exact_points(t)[b] for t in ("shopping", "user_item_amount")}
-            assert at(spark, settings, "shopping", versions["shopping"]).count() == len(upto)
-            amounts = at(spark, settings, "user_item_amount", versions["user_item_amount"])
-            assert {(r["user_id"], r["item_id"]): r["total_amount"] for r in amounts.collect()} == dict(expected_sum)
+        versions = {t: state.exact_points(t)[b] for t in ("shopping", "user_item_amount")}
+        assert at(spark, settings, "shopping", versions["shopping"]).count() == len(upto)
+        amounts = at(spark, settings, "user_item_amount", versions["user_item_amount"])
+        assert {(r["user_id"], r["item_id"]): r["total_amount"] for r in amounts.collect()} == dict(expected_sum)
 
-        dlq = spark.read.format("delta").load(str(settings.warehouse / "shopping__dlq")).collect()
-        reasons = sorted(r["error"] for r in dlq)
-        assert len(dlq) == 3
-        assert any(r.startswith("malformed JSON") for r in reasons)
-        assert "column amount: expected BIGINT, got str \"lots\"" in reasons
-        assert "expected a JSON object, got list" in reasons
-        completions = state.completions["shopping"].values()
-        assert sum(c.rows_in for c in completions) == len(sent)
-        assert sum(c.rows_out for c in completions) + sum(c.rows_rejected for c in completions) == len(sent)
-    finally:
-        for q in queries:
-            q.stop()
+    dlq = spark.read.format("delta").load(str(settings.warehouse / "shopping__dlq")).collect()
+    reasons = sorted(r["error"] for r in dlq)
+    assert len(dlq) == 3
+    assert any(r.startswith("malformed JSON") for r in reasons)
+    assert "column amount: expected BIGINT, got str \"lots\"" in reasons
+    assert "expected a JSON object, got list" in reasons
+    completions = state.completions["shopping"].values()
+    assert sum(c.rows_in for c in completions) == len(sent)
+    assert sum(c.rows_out for c in completions) + sum(c.rows_rejected for c in completions) == len(sent)
 
 
 def test_primary_key_table_upserts_with_the_last_change_per_key_winning(
-    spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], make_topic: Callable,
-    kafka_bootstrap: str, tmp_path: Path,
+    spark: SparkSession, run_pipeline: Callable[[str], Settings], make_topic: Callable, kafka_bootstrap: str
 ) -> None:
-    settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home")
     topic = make_topic(partitions=1)
-    make_worker()
-    pipeline = parse_pipeline(
+    settings = run_pipeline(
         f"CREATE TABLE accounts (id BIGINT, balance BIGINT) "
         f"WITH ('source' = 'kafka:{topic}', 'format' = 'json', 'primary_key' = 'id')"
     )
-    register_pipeline(settings, pipeline)
-    queries = start_jobs(spark, pipeline, settings)
-    try:
-        producer = Producer({"bootstrap.servers": kafka_bootstrap})
-        expected: dict[int, int] = {}
-        for step in range(30):  # each id is written several times inside one barrier
-            record = {"id": step % 4, "balance": step}
-            expected[record["id"]] = record["balance"]
-            producer.produce(topic, key=str(record["id"]).encode(), value=json.dumps(record).encode())
-        producer.produce(topic, value=json.dumps({"id": None, "balance": 1}).encode())
-        producer.flush(10)
-        state, b = wait_for_barrier(settings, ["accounts"], {0: 31}, topic)
-        rows = at(spark, settings, "accounts", state.exact_points("accounts")[b]).collect()
-        assert {r["id"]: r["balance"] for r in rows} == expected
-        assert len(rows) == 4
-        dlq = spark.read.format("delta").load(str(settings.warehouse / "accounts__dlq")).collect()
-        assert [r["error"] for r in dlq] == ["primary key column id is missing or null"]
-    finally:
-        for q in queries:
-            q.stop()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    expected: dict[int, int] = {}
+    for step in range(30):  # each id is written several times inside one barrier
+        record = {"id": step % 4, "balance": step}
+        expected[record["id"]] = record["balance"]
+        producer.produce(topic, key=str(record["id"]).encode(), value=json.dumps(record).encode())
+    producer.produce(topic, value=json.dumps({"id": None, "balance": 1}).encode())
+    producer.flush(10)
+    state, b = wait_for_barrier(settings, ["accounts"], {0: 31}, topic)
+    rows = at(spark, settings, "accounts", state.exact_points("accounts")[b]).collect()
+    assert {r["id"]: r["balance"] for r in rows} == expected
+    assert len(rows) == 4
+    dlq = spark.read.format("delta").load(str(settings.warehouse / "accounts__dlq")).collect()
+    assert [r["error"] for r in dlq] == ["primary key column id is missing or null"]
