@@ -9,7 +9,6 @@ is found again from the table history.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,11 +20,8 @@ from pyspark.sql import SparkSession
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierCompleted, OffsetRange, SourceVersion, entity_key
 from coordinator.settings import Settings
+from coordinator.stream.coordinator import now_ms
 from coordinator.stream.topics import Topics
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @contextmanager

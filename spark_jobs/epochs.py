@@ -79,7 +79,7 @@ def work_for(state: MetaState, job: JobState, start: int, end: int) -> list[Barr
         work = BarrierWork(b, job.generation, announced.ts_ms)
         if job.external_topics:
             previous = state.barriers.get(b - 1)
-            first = b - 1 <= (job.restart_from_barrier if job.restart_from_barrier is not None else job.start_barrier)
+            first = b - 1 <= job.resume_barrier
             before = {} if first or previous is None else {(c.topic, c.partition): c.offset for c in previous.cut}
             offsets = [
                 (c.topic, c.partition, before.get((c.topic, c.partition), -2), c.offset)
@@ -145,15 +145,12 @@ class BarrierReader(DataSourceStreamReader):
         return job
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 - pyspark API
-        job = self._job(self._state())
-        start = job.restart_from_barrier if job.restart_from_barrier is not None else job.start_barrier
-        return {"barrier": start}
+        return {"barrier": self._job(self._state()).resume_barrier}
 
     def latestOffset(self) -> dict[str, int]:  # noqa: N802 - pyspark API
         state = self._state()
         job = self._job(state)
-        start = job.restart_from_barrier if job.restart_from_barrier is not None else job.start_barrier
-        return {"barrier": max(start, ready_barrier(state, job))}
+        return {"barrier": max(job.resume_barrier, ready_barrier(state, job))}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         state = self._state()

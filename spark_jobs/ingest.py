@@ -17,7 +17,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark_jobs.commits import CompletionPublisher, DeltaSink, now_ms
+from coordinator.stream.coordinator import now_ms
+from spark_jobs.commits import CompletionPublisher, DeltaSink
 from spark_jobs.epochs import BarrierWork
 from spark_jobs.pipeline import RootTable
 
@@ -25,6 +26,21 @@ CORRUPT = "_lockstep_corrupt"
 DLQ_SCHEMA = "raw_key BINARY, raw_value BINARY, topic STRING, `partition` INT, `offset` BIGINT, error STRING, barrier BIGINT"
 INTEGRAL = {"TINYINT", "SMALLINT", "INT", "BIGINT"}
 FRACTIONAL = {"FLOAT", "DOUBLE"}
+
+
+def fits(kind: str, value: object) -> bool:
+    """Whether a JSON value can fill a column of Spark type ``kind`` (other types: not checked)."""
+    if kind == "BOOLEAN":
+        return isinstance(value, bool)
+    if kind == "STRING":
+        return isinstance(value, str)
+    if kind in INTEGRAL:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind in FRACTIONAL:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind.startswith("DECIMAL"):
+        return isinstance(value, int | float | str)
+    return True
 
 
 def dlq_reason(value: bytes | None, table: RootTable) -> str:
@@ -44,15 +60,7 @@ def dlq_reason(value: bytes | None, table: RootTable) -> str:
                 return f"primary key column {column.name} is missing or null"
             continue
         kind = column.type.upper()
-        ok = (
-            (kind in INTEGRAL and isinstance(v, int) and not isinstance(v, bool))
-            or (kind in FRACTIONAL and isinstance(v, int | float) and not isinstance(v, bool))
-            or (kind == "STRING" and isinstance(v, str))
-            or (kind == "BOOLEAN" and isinstance(v, bool))
-            or kind.startswith("DECIMAL") and isinstance(v, int | float | str)
-            or kind not in INTEGRAL | FRACTIONAL | {"STRING", "BOOLEAN"} and not kind.startswith("DECIMAL")
-        )
-        if not ok:
+        if not fits(kind, v):
             return f"column {column.name}: expected {kind}, got {type(v).__name__} {json.dumps(v)[:40]}"
     return "record does not fit the table schema"
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.commits import CompletionPublisher, DeltaSink, now_ms
+from coordinator.stream.coordinator import now_ms
+from spark_jobs.commits import CompletionPublisher, DeltaSink
 from spark_jobs.epochs import BarrierWork
 from spark_jobs.pipeline import DerivedTable
 
@@ -47,11 +48,15 @@ class FullRefresh:
         if self.sink is None:
             self.sink = DeltaSink(self.spark, str(self.warehouse / self.table.name), self.job_id,
                                   ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in result.schema.fields))
-        rows = result.count()
-        version = self.sink.commit(
-            work.barrier, work.generation,
-            lambda: result.write.format("delta").mode("overwrite").option("overwriteSchema", "false").save(self.sink.path),
-        )
+        result = result.cache()  # counted and written: compute the query once
+        try:
+            rows = result.count()
+            version = self.sink.commit(
+                work.barrier, work.generation,
+                lambda: result.write.format("delta").mode("overwrite").option("overwriteSchema", "false").save(self.sink.path),
+            )
+        finally:
+            result.unpersist()
         self.last = (dict(work.source_versions), version)
         self.publisher.publish(self.job_id, self.table.name, work.barrier, work.generation, version, started,
                                (rows, rows, 0), source_versions=work.source_versions)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.client import Unreachable, get_json
 from coordinator.dev.broker import free_port
 from coordinator.settings import Settings
 
@@ -49,20 +47,14 @@ class Worker:
             try:
                 if self.get("/health")["status"] == "ok":
                     return self
-            except OSError:
-                pass
+            except Unreachable:
+                pass  # not listening yet, or 503 while folding its state
             time.sleep(0.3)
         raise AssertionError(f"worker not healthy in {timeout}s:\n{self.log.read_text()[-3000:]}")
 
     def get(self, path: str) -> Any:
         """GET JSON; 4xx answers return their JSON error body."""
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=5) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            if 400 <= exc.code < 500:
-                return json.loads(exc.read())
-            raise
+        return get_json(Settings(coordinator_url=self.url), path, timeout=5)
 
     def kill9(self) -> None:
         assert self.proc is not None

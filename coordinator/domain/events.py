@@ -150,6 +150,11 @@ class JobState:
     registered_at_ms: int = 0
     updated_at_ms: int = 0
 
+    @property
+    def resume_barrier(self) -> int:
+        """The barrier the job's work starts after: its revision point, else its start."""
+        return self.restart_from_barrier if self.restart_from_barrier is not None else self.start_barrier
+
 
 @dataclass(frozen=True)
 class BarrierAnnounced:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 from coordinator.domain.events import (
     END_STATUSES,
-    ROOT,
     RUNNING,
     BarrierAnnounced,
     BarrierCompleted,
@@ -176,6 +175,3 @@ class MetaState:
         last = self.last_barrier()
         behind = [last - max(self.latest_exact(j.sink) or 0, j.start_barrier) for j in jobs]
         return max(0, *behind) if behind else 0
-
-    def root_tables(self) -> list[str]:
-        return sorted(t.name for t in self.tables.values() if t.kind == ROOT)

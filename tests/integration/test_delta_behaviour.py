@@ -3,30 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+
+from spark_jobs.commits import barrier_txn
 
 pytestmark = [pytest.mark.integration]
 
 
 def versions(spark: SparkSession, path: str) -> list[int]:
     return sorted(r["version"] for r in DeltaTable.forPath(spark, path).history().collect())
-
-
-@contextmanager
-def session_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
-    """Delta's SQL-session idempotence for DML (MERGE/UPDATE/DELETE)."""
-    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-    spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
-    try:
-        yield
-    finally:
-        spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
 def test_same_txn_app_id_and_version_makes_the_second_write_a_no_op(
@@ -54,7 +43,7 @@ def test_merge_under_the_same_session_txn_is_skipped_the_second_time(
     changes = spark.createDataFrame([(2, 5), (3, 7)], "id BIGINT, amount BIGINT")
     table = DeltaTable.forPath(spark, path)
     for _ in range(2):
-        with session_txn(spark, "job#g0", 7):
+        with barrier_txn(spark, "job#g0", 7, json.dumps({"barrier": 7})):
             (
                 table.alias("t")
                 .merge(changes.alias("c"), "t.id = c.id")
