@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Producer
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
 
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierCompleted, OffsetRange, SourceVersion, entity_key
@@ -48,27 +49,42 @@ class DeltaSink:
     spark: SparkSession
     path: str
     job_id: str
-    schema_ddl: str
+    schema: str | StructType  # DDL ("a BIGINT, b STRING") or a Spark schema
+    properties: dict[str, str] = field(default_factory=dict)
     versions: dict[tuple[int, int], int] = field(default_factory=dict)  # (generation, barrier) -> version
+    # (generation, barrier) -> the source versions an intermediate job read for that commit
+    sources: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        schema = self.spark.createDataFrame([], self.schema_ddl).schema
-        DeltaTable.createIfNotExists(self.spark).location(self.path).addColumns(schema).property(
-            "delta.enableChangeDataFeed", "true"
-        ).execute()
+        schema = self.spark.createDataFrame([], self.schema).schema
+        builder = DeltaTable.createIfNotExists(self.spark).location(self.path).addColumns(schema)
+        for key, value in {"delta.enableChangeDataFeed": "true", **self.properties}.items():
+            builder = builder.property(key, value)
+        builder.execute()
         self._load_history()
 
     def _load_history(self) -> None:
         for row in DeltaTable.forPath(self.spark, self.path).history().select("version", "userMetadata").collect():
             meta = _metadata(row["userMetadata"])
             if meta.get("job") == self.job_id:
-                self.versions[(int(meta["generation"]), int(meta["barrier"]))] = int(row["version"])
+                at = (int(meta["generation"]), int(meta["barrier"]))
+                self.versions[at] = int(row["version"])
+                if "sources" in meta:
+                    self.sources[at] = {str(k): int(v) for k, v in meta["sources"].items()}
+
+    def last_commit(self, generation: int, before: int) -> tuple[int, int] | None:
+        """(barrier, version) of this generation's newest commit for a barrier before ``before``."""
+        done = [(b, v) for (g, b), v in self.versions.items() if g == generation and b < before]
+        return max(done, default=None)
 
     def app_id(self, generation: int) -> str:
         return f"{self.job_id}#g{generation}"
 
-    def metadata(self, barrier: int, generation: int) -> str:
-        return json.dumps({"barrier": barrier, "job": self.job_id, "generation": generation})
+    def metadata(self, barrier: int, generation: int, sources: dict[str, int] | None = None) -> str:
+        meta: dict[str, object] = {"barrier": barrier, "job": self.job_id, "generation": generation}
+        if sources is not None:
+            meta["sources"] = sources
+        return json.dumps(meta)
 
     def version_at(self, barrier: int, generation: int) -> int:
         """The version holding ``barrier`` when this job made no commit for it: its newest
@@ -76,17 +92,22 @@ class DeltaSink:
         earlier = [v for (g, b), v in self.versions.items() if b <= barrier and g <= generation]
         return max(earlier, default=0)
 
-    def commit(self, barrier: int, generation: int, write: Callable[[], None]) -> int:
-        """Run ``write`` under the barrier's txn; return the version that holds the barrier."""
+    def commit(self, barrier: int, generation: int, write: Callable[[], None],
+               sources: dict[str, int] | None = None) -> int:
+        """Run ``write`` under the barrier's txn; return the version that holds the barrier.
+        ``sources`` (an intermediate job's source versions) is kept in the commit's metadata, so
+        a restarted job knows which source versions its table reflects."""
         known = self.versions.get((generation, barrier))
         if known is not None:
             return known  # committed before a crash: Delta would skip the write anyway
-        with barrier_txn(self.spark, self.app_id(generation), barrier, self.metadata(barrier, generation)):
+        with barrier_txn(self.spark, self.app_id(generation), barrier, self.metadata(barrier, generation, sources)):
             write()
         history = DeltaTable.forPath(self.spark, self.path).history(1).first()
         meta = _metadata(history["userMetadata"])
         if meta.get("job") == self.job_id and meta.get("barrier") == barrier:
             self.versions[(generation, barrier)] = int(history["version"])
+            if sources is not None:
+                self.sources[(generation, barrier)] = dict(sources)
             return int(history["version"])
         self._load_history()  # the write was a no-op: find the version of the earlier commit
         return self.versions.get((generation, barrier), self.version_at(barrier, generation))

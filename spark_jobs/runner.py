@@ -21,8 +21,9 @@ from coordinator.settings import Settings
 from spark_jobs.commits import CompletionPublisher
 from spark_jobs.epochs import BarrierWork, register_barrier_source, settings_options
 from spark_jobs.ingest import RootIngestion
-from spark_jobs.ivm import FullRefresh
-from spark_jobs.pipeline import Job, Pipeline, RootTable
+from spark_jobs.ivm import TableMaintainer
+from spark_jobs.pipeline import DerivedTable, Job, Pipeline, RootTable
+from spark_jobs.plans import Plan, plan_query, shapes_of
 
 SUPPORTED_ROOT_FORMATS = ("json",)
 
@@ -55,7 +56,8 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
             raise NotImplementedError(f"root table {table.name}: format {table.format} is not implemented yet")
         processor = RootIngestion(session, table, job.job_id, settings.warehouse.absolute(), publisher, settings.bootstrap)
     else:
-        processor = FullRefresh(session, table, job.job_id, settings.warehouse.absolute(), publisher)
+        processor = TableMaintainer(session, table, plan_for(pipeline, table), job.job_id, settings.warehouse.absolute(),
+                                    publisher)
 
     def batch(frame: DataFrame, batch_id: int) -> None:
         for row in sorted(frame.collect(), key=lambda r: r["barrier"]):
@@ -80,6 +82,12 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
     )
 
 
+def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
+    """The maintenance plan of a derived table, knowing the keys its sources promise."""
+    shapes = shapes_of([(t.name, t.primary_key) for t in pipeline.roots], [(t.name, t.query) for t in pipeline.derived])
+    return plan_query(table.query, shapes)
+
+
 def explain_job(pipeline: Pipeline, job: Job) -> str:
     """How a job maintains its table, in one line (what `lockstep explain` prints)."""
     table = pipeline.table(job.sink)
@@ -87,8 +95,7 @@ def explain_job(pipeline: Pipeline, job: Job) -> str:
         how = f"upsert (MERGE) by key ({', '.join(table.primary_key)})" if table.primary_key else "append"
         return (f"root ingestion from Kafka topic {table.topic}, format {table.format}, {how}; "
                 f"one Delta commit per barrier, bad records to {table.name}__dlq")
-    return (f"full refresh: recompute the query over {', '.join(table.sources)} at their versions for each "
-            "barrier where a source changed (incremental operators are not implemented yet)")
+    return plan_for(pipeline, table).explain()
 
 
 def start_jobs(spark: SparkSession, pipeline: Pipeline, settings: Settings,
