@@ -25,8 +25,6 @@ from spark_jobs.ivm import TableMaintainer
 from spark_jobs.pipeline import DerivedTable, Job, Pipeline, RootTable
 from spark_jobs.plans import Plan, plan_query, shapes_of
 
-SUPPORTED_ROOT_FORMATS = ("json",)
-
 
 def register_pipeline(settings: Settings, pipeline: Pipeline, timeout: float = 30.0) -> list[CommandOutcome]:
     """Declare every table and register every job; the first rejection raises Rejected."""
@@ -52,8 +50,6 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
     publisher = CompletionPublisher(settings)
     table = pipeline.table(job.sink)
     if isinstance(table, RootTable):
-        if table.format not in SUPPORTED_ROOT_FORMATS:
-            raise NotImplementedError(f"root table {table.name}: format {table.format} is not implemented yet")
         processor = RootIngestion(session, table, job.job_id, settings.warehouse.absolute(), publisher, settings.bootstrap)
     else:
         processor = TableMaintainer(session, table, plan_for(pipeline, table), job.job_id, settings.warehouse.absolute(),

@@ -5,24 +5,16 @@ The oracle is plain Python over the records the test produced, cut where the bar
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql import SparkSession
 
-from coordinator.domain import MetaState
 from coordinator.settings import Settings
-from coordinator.stream.follower import StateReader
-from coordinator.stream.topics import Topics
-from spark_jobs.pipeline import parse_pipeline
-from spark_jobs.runner import register_pipeline, start_jobs
+from tests.spark_jobs.barriers import at, wait_for_barrier
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,55 +24,6 @@ CREATE TABLE shopping (user_id BIGINT, item_id BIGINT, amount BIGINT, price DOUB
 CREATE TABLE user_item_amount AS
   SELECT user_id, item_id, SUM(amount) AS total_amount FROM shopping GROUP BY user_id, item_id;
 """
-
-
-def read_state(settings: Settings) -> MetaState:
-    reader = StateReader(settings, Topics(settings.topic_prefix))
-    try:
-        return reader.read_to_end()
-    finally:
-        reader.close()
-
-
-def wait_for_barrier(
-    settings: Settings, tables: list[str], covers: dict[int, int], topic: str, timeout: float = 120
-) -> tuple[MetaState, int]:
-    """Newest common exact point whose cut covers ``covers`` (partition -> end offset)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = read_state(settings)
-        b = state.common_barrier(tables)
-        if b is not None:
-            cut = {c.partition: c.offset for c in state.barriers[b].cut if c.topic == topic}
-            if all(cut.get(p, 0) >= end for p, end in covers.items()):
-                return state, b
-        time.sleep(0.5)
-    raise AssertionError(f"no common exact point covering {covers} within {timeout}s")
-
-
-@pytest.fixture
-def run_pipeline(
-    spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path
-) -> Iterator[Callable[[str], Settings]]:
-    """Factory: ``run_pipeline(sql)`` starts a worker, registers the pipeline and runs its jobs;
-    returns the settings they use. The jobs stop at the end of the test."""
-    queries: list[StreamingQuery] = []
-
-    def run(sql: str) -> Settings:
-        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home")
-        make_worker()
-        pipeline = parse_pipeline(sql)
-        register_pipeline(settings, pipeline)
-        queries.extend(start_jobs(spark, pipeline, settings))
-        return settings
-
-    yield run
-    for query in queries:
-        query.stop()
-
-
-def at(spark: SparkSession, settings: Settings, table: str, version: int) -> DataFrame:
-    return spark.read.format("delta").option("versionAsOf", version).load(str(settings.warehouse / table))
 
 
 def test_root_json_ingestion_with_dead_letters_and_a_derived_table(

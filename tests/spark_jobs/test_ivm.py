@@ -9,7 +9,6 @@ own commit metadata.
 from __future__ import annotations
 
 import random
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,74 +23,9 @@ from spark_jobs.epochs import BarrierWork
 from spark_jobs.ivm import TableMaintainer
 from spark_jobs.pipeline import parse_pipeline
 from spark_jobs.plans import plan_query, shapes_of
+from tests.spark_jobs.oracles import ORDERS, QUERIES, USERS, Row, derived_sql, normalise
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-ORDERS = "oid BIGINT, uid BIGINT, amount BIGINT, price DOUBLE, note STRING"
-USERS = "id BIGINT, name STRING, region STRING"
-
-Row = tuple[Any, ...]
-
-
-def left_join(orders: dict[int, Row], users: dict[int, Row]) -> list[tuple[Row, Row | None]]:
-    """users LEFT JOIN orders ON users.id = orders.uid, as (user, order or None)."""
-    out: list[tuple[Row, Row | None]] = []
-    for u in users.values():
-        matches = [o for o in orders.values() if o[1] is not None and o[1] == u[0]]
-        out += [(u, o) for o in matches] or [(u, None)]
-    return out
-
-
-def by_user(orders: dict[int, Row]) -> dict[Any, list[Row]]:
-    groups: dict[Any, list[Row]] = defaultdict(list)
-    for o in orders.values():
-        groups[o[1]].append(o)
-    return groups
-
-
-def aggregates(orders: dict[int, Row], users: dict[int, Row]) -> list[Row]:
-    out = []
-    for uid, rows in by_user(orders).items():
-        prices = [r[3] for r in rows if r[3] is not None]
-        notes = [r[4] for r in rows if r[4] is not None]
-        out.append((uid, sum(r[2] for r in rows), len(rows), len(notes),
-                    sum(prices) / len(prices) if prices else None,
-                    min(r[2] for r in rows), max(r[2] for r in rows), len(set(notes))))
-    return out
-
-
-def region_totals(orders: dict[int, Row], users: dict[int, Row]) -> list[Row]:
-    groups: dict[Any, list[Row | None]] = defaultdict(list)
-    for u, o in left_join(orders, users):
-        groups[u[2]].append(o)
-    return [(region, len(os), sum(o[2] for o in os if o) if any(os) else None) for region, os in groups.items()]
-
-
-# query -> the same query in plain Python over {oid: row} and {id: row}
-QUERIES: dict[str, tuple[str, Callable[[dict[int, Row], dict[int, Row]], list[Row]]]] = {
-    "big_orders": (
-        "SELECT oid, uid, amount * 2 AS double_amount FROM orders WHERE amount > 3",
-        lambda o, u: [(r[0], r[1], r[2] * 2) for r in o.values() if r[2] > 3],
-    ),
-    "per_user": (
-        "SELECT uid, SUM(amount) AS total, COUNT(*) AS n, COUNT(note) AS notes, AVG(price) AS avg_price, "
-        "MIN(amount) AS lo, MAX(amount) AS hi, COUNT(DISTINCT note) AS kinds FROM orders GROUP BY uid",
-        aggregates,
-    ),
-    "named_orders": (
-        "SELECT o.oid, u.id, u.name, o.amount FROM orders o JOIN users u ON o.uid = u.id",
-        lambda o, u: [(r[0], u[r[1]][0], u[r[1]][1], r[2]) for r in o.values() if r[1] in u],
-    ),
-    "per_region": (
-        "SELECT u.region, COUNT(*) AS n, SUM(o.amount) AS total FROM users u LEFT JOIN orders o ON u.id = o.uid "
-        "GROUP BY u.region",
-        region_totals,
-    ),
-    "mean_amount": (  # an expression over aggregates: full refresh
-        "SELECT uid, SUM(amount) / COUNT(*) AS mean FROM orders GROUP BY uid",
-        lambda o, u: [(uid, sum(r[2] for r in rows) / len(rows)) for uid, rows in by_user(o).items()],
-    ),
-}
 
 
 @dataclass
@@ -104,19 +38,14 @@ class Completions:
         self.seen[(table, barrier)] = version
 
 
-def normalise(rows: list[Row]) -> list[Row]:
-    return sorted((tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in rows), key=repr)
-
-
 def test_every_operator_matches_python_under_inserts_updates_and_deletes(spark: SparkSession, tmp_path: Path) -> None:
     rng = random.Random(7)
     warehouse = tmp_path / "wh"
     orders = DeltaSink(spark, str(warehouse / "orders"), "ingest_orders", ORDERS)
     users = DeltaSink(spark, str(warehouse / "users"), "ingest_users", USERS)
-    sql = "\n".join(f"CREATE TABLE {name} AS {query};" for name, (query, _) in QUERIES.items())
     pipeline = parse_pipeline(
         f"CREATE TABLE orders ({ORDERS}) WITH ('source'='kafka:o', 'primary_key'='oid');\n"
-        f"CREATE TABLE users ({USERS}) WITH ('source'='kafka:u', 'primary_key'='id');\n{sql}"
+        f"CREATE TABLE users ({USERS}) WITH ('source'='kafka:u', 'primary_key'='id');\n{derived_sql()}"
     )
     shapes = shapes_of([(t.name, t.primary_key) for t in pipeline.roots], [(t.name, t.query) for t in pipeline.derived])
     plans = {t.name: plan_query(t.query, shapes) for t in pipeline.derived}

@@ -1,0 +1,36 @@
+"""Fixtures for pipeline tests: run a pipeline's jobs against a real worker, Kafka and Delta."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from coordinator.settings import Settings
+from spark_jobs.pipeline import parse_pipeline
+from spark_jobs.runner import register_pipeline, start_jobs
+
+
+@pytest.fixture
+def run_pipeline(
+    spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path
+) -> Iterator[Callable[[str], Settings]]:
+    """Factory: ``run_pipeline(sql)`` starts a worker, registers the pipeline and runs its jobs;
+    returns the settings they use. The jobs stop at the end of the test."""
+    queries: list[StreamingQuery] = []
+
+    def run(sql: str) -> Settings:
+        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home")
+        make_worker()
+        pipeline = parse_pipeline(sql)
+        register_pipeline(settings, pipeline)
+        queries.extend(start_jobs(spark, pipeline, settings))
+        return settings
+
+    yield run
+    for query in queries:
+        query.stop()
