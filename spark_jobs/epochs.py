@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from coordinator.domain import JobState, MetaState
+from coordinator.domain.barriers import BarrierConfig, commit_points
 from coordinator.settings import Settings
 
 SCHEMA = "barrier BIGINT, generation BIGINT, ts_ms BIGINT, info STRING"
@@ -34,6 +36,7 @@ SCHEMA = "barrier BIGINT, generation BIGINT, ts_ms BIGINT, info STRING"
 def settings_options(settings: Settings) -> dict[str, str]:
     """What the source runner process needs to reach the state topics."""
     return {
+        "catchup_stride": os.environ.get("LOCKSTEP_BARRIER_CATCHUP_STRIDE", str(BarrierConfig.catchup_stride)),
         "bootstrap": settings.bootstrap,
         "topic_prefix": settings.topic_prefix,
         "kafka_client": json.dumps(dict(settings.kafka_client)),
@@ -69,18 +72,22 @@ def ready_barrier(state: MetaState, job: JobState) -> int:
     return state.common_barrier(job.sources) or 0
 
 
-def work_for(state: MetaState, job: JobState, start: int, end: int) -> list[BarrierWork]:
-    """The barriers in ``(start, end]`` that ``job`` processes, with what it needs for each."""
+def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int = 10) -> list[BarrierWork]:
+    """The barriers in ``(start, end]`` that ``job`` commits, with what it needs for each. A job
+    more than ``stride`` barriers behind folds them into commits at multiples of ``stride``; a
+    root job then reads from the cut of the barrier it processed before."""
     out = []
-    for b in range(start + 1, end + 1):
+    previous = start
+    points = {s: state.exact_points(s) for s in job.sources}  # empty for root jobs
+    for b in commit_points(start, end, stride):
         announced = state.barriers.get(b)
-        if announced is None:
+        if announced is None or not all(b in p for p in points.values()):
             continue
         work = BarrierWork(b, job.generation, announced.ts_ms)
         if job.external_topics:
-            previous = state.barriers.get(b - 1)
-            first = b - 1 <= job.resume_barrier
-            before = {} if first or previous is None else {(c.topic, c.partition): c.offset for c in previous.cut}
+            before_cut = state.barriers.get(previous)
+            first = previous <= job.resume_barrier and not state.completions.get(job.sink, {}).get(previous)
+            before = {} if first or before_cut is None else {(c.topic, c.partition): c.offset for c in before_cut.cut}
             offsets = [
                 (c.topic, c.partition, before.get((c.topic, c.partition), -2), c.offset)
                 for c in announced.cut
@@ -88,9 +95,8 @@ def work_for(state: MetaState, job: JobState, start: int, end: int) -> list[Barr
             ]
             out.append(replace(work, offsets=offsets))
         else:
-            versions = {s: state.exact_points(s).get(b) for s in job.sources}
-            if all(v is not None for v in versions.values()):
-                out.append(replace(work, source_versions=versions))  # type: ignore[arg-type]
+            out.append(replace(work, source_versions={s: p[b] for s, p in points.items()}))
+        previous = b
     return out
 
 
@@ -154,7 +160,7 @@ class BarrierReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         state = self._state()
-        work = work_for(state, self._job(state), start["barrier"], end["barrier"])
+        work = work_for(state, self._job(state), start["barrier"], end["barrier"], int(self.options.get("catchup_stride", 10)))
         rows = [(w.barrier, w.generation, w.ts_ms, w.to_json()) for w in work]
         return [InputPartition(json.dumps(rows))]
 

@@ -22,7 +22,7 @@ from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
-pytest_plugins = ["tests.worker_fixtures"]
+pytest_plugins = ["tests.worker_fixtures", "tests.state_fixtures"]
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,23 @@ class BarrierConfig:
     interval_ms: int = 1000
     max_inflight: int = 3
     liveness_ms: int = 30_000
+    catchup_stride: int = 10
+
+
+def commit_points(start: int, end: int, stride: int) -> list[int]:
+    """The barriers in ``(start, end]`` a job commits: every one when it is at most ``stride``
+    behind; otherwise only multiples of ``stride`` until it is close, so every lagging table
+    lands on the same exact points and jobs reading several of them can still align.
+
+    >>> commit_points(0, 3, 10)
+    [1, 2, 3]
+    >>> commit_points(5, 32, 10)
+    [10, 20, 30, 31, 32]
+    """
+    if end - start <= stride:
+        return list(range(start + 1, end + 1))
+    folded_to = end - end % stride
+    return [b for b in range(start + 1, folded_to + 1) if b % stride == 0] + list(range(folded_to + 1, end + 1))
 
 
 def plan_barrier(

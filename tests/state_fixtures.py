@@ -1,3 +1,5 @@
+"""The ``make_state`` fixture: a MetaState built by the real decide and fold, for pure-logic tests."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

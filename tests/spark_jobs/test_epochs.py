@@ -1,0 +1,44 @@
+"""Which barriers a job commits and what each covers: offset ranges of root jobs, source
+versions of intermediate jobs, and folding at the catch-up stride."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from coordinator.domain import BarrierAnnounced, BarrierCompleted, CutEntry, MetaState
+from spark_jobs.epochs import ready_barrier, work_for
+
+
+def barriers(n: int, per_barrier: int = 5) -> list[BarrierAnnounced]:
+    return [BarrierAnnounced(b, 1000 * b, (CutEntry("shopping_source", 0, b * per_barrier),)) for b in range(1, n + 1)]
+
+
+def test_a_new_root_job_reads_from_earliest_then_barrier_by_barrier(make_state: Callable[..., MetaState]) -> None:
+    state = make_state(*barriers(4), shopping_topology=True)
+    job = state.jobs["ingest_shopping"]
+    work = work_for(state, job, job.resume_barrier, ready_barrier(state, job))
+    assert [(w.barrier, w.offsets) for w in work] == [
+        (1, [("shopping_source", 0, -2, 5)]),
+        (2, [("shopping_source", 0, 5, 10)]),
+        (3, [("shopping_source", 0, 10, 15)]),
+        (4, [("shopping_source", 0, 15, 20)]),
+    ]
+
+
+def test_a_lagging_root_job_folds_to_multiples_of_the_stride_without_gaps(make_state: Callable[..., MetaState]) -> None:
+    state = make_state(*barriers(33), shopping_topology=True)
+    job = state.jobs["ingest_shopping"]
+    work = work_for(state, job, 2, 33, stride=10)
+    assert [w.barrier for w in work] == [10, 20, 30, 31, 32, 33]
+    ranges = [(start, end) for w in work for (_, _, start, end) in w.offsets]
+    assert ranges[0] == (10, 50)  # from the cut of barrier 2, where the job stopped
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # contiguous: nothing skipped twice
+
+
+def test_intermediate_jobs_take_only_exact_points_of_all_sources(make_state: Callable[..., MetaState]) -> None:
+    done = [BarrierCompleted("ingest_shopping", "shopping", b, 0, 10 + b) for b in (1, 2, 4)]
+    state = make_state(*barriers(5), *done, shopping_topology=True)
+    job = state.jobs["amount_job"]
+    assert ready_barrier(state, job) == 4
+    work = work_for(state, job, 0, 4)
+    assert [(w.barrier, w.source_versions) for w in work] == [(1, {"shopping": 11}), (2, {"shopping": 12}), (4, {"shopping": 14})]
