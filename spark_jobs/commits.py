@@ -23,6 +23,7 @@ from coordinator.domain import BarrierCompleted, OffsetRange, SourceVersion, ent
 from coordinator.settings import Settings
 from coordinator.stream.coordinator import now_ms
 from coordinator.stream.topics import Topics
+from spark_jobs.faults import crash_point
 
 
 @contextmanager
@@ -100,6 +101,7 @@ class DeltaSink:
         known = self.versions.get((generation, barrier))
         if known is not None:
             return known  # committed before a crash: Delta would skip the write anyway
+        crash_point("before_commit")
         with barrier_txn(self.spark, self.app_id(generation), barrier, self.metadata(barrier, generation, sources)):
             write()
         history = DeltaTable.forPath(self.spark, self.path).history(1).first()
@@ -143,6 +145,7 @@ class CompletionPublisher:
         source_versions: dict[str, int] | None = None,
         offsets: list[tuple[str, int, int, int]] | None = None,
     ) -> BarrierCompleted:
+        crash_point("before_completion")
         fact = BarrierCompleted(
             job_id, table, barrier, generation, version, rows[0], rows[1], rows[2],
             tuple(SourceVersion(t, v) for t, v in sorted((source_versions or {}).items())),
