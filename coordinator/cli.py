@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-import time
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -391,11 +391,11 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...]) -> None:
     """Register a pipeline's tables and jobs with the coordinator, then run its jobs.
 
     Any rejection is printed and nothing starts. Each job is its own streaming query with
-    its own checkpoint under $LOCKSTEP_HOME/checkpoints; one failing job does not stop the
-    others. Ctrl-C stops them all.
+    its own checkpoint under $LOCKSTEP_HOME/checkpoints; a job that fails is reported and
+    restarted with a growing backoff while the others carry on. Ctrl-C stops them all.
     """
     from coordinator.domain.errors import Rejected
-    from spark_jobs.runner import register_pipeline, start_jobs
+    from spark_jobs.runner import Supervisor, register_pipeline
     from spark_jobs.session import build_session
 
     pipeline = load_or_exit(pipeline_file)
@@ -412,22 +412,15 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...]) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings)
-    queries = start_jobs(spark, pipeline, settings, only=jobs)
-    click.echo(f"running {len(queries)} job(s): {', '.join(q.name for q in queries)} (Ctrl-C stops)")
-    failed: set[str] = set()
+    supervisor = Supervisor(spark, pipeline, settings, jobs, report=lambda message: click.echo(message, err=True))
+    supervisor.start()
+    click.echo(f"running {len(supervisor.queries)} job(s): {', '.join(supervisor.queries)} (Ctrl-C stops)")
     try:
-        while any(q.isActive for q in queries):
-            for q in queries:
-                if not q.isActive and q.name not in failed and q.exception() is not None:
-                    failed.add(q.name)
-                    click.echo(f"job {q.name} failed (the others keep running): {q.exception()}", err=True)
-            time.sleep(1)
+        supervisor.run(threading.Event())
     except KeyboardInterrupt:
         click.echo("stopping ...")
     finally:
-        for q in queries:
-            q.stop()
-    sys.exit(1 if failed else 0)
+        supervisor.stop()
 
 
 @cli.command()

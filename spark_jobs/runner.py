@@ -9,7 +9,10 @@ Example::
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -94,7 +97,70 @@ def explain_job(pipeline: Pipeline, job: Job) -> str:
     return plan_for(pipeline, table).explain()
 
 
+def select_jobs(pipeline: Pipeline, only: Sequence[str] = ()) -> list[Job]:
+    """The pipeline's jobs, or those named (by job id or sink table) in ``only``."""
+    return [j for j in pipeline.jobs if not only or j.job_id in only or j.sink in only]
+
+
 def start_jobs(spark: SparkSession, pipeline: Pipeline, settings: Settings,
                only: Sequence[str] = ()) -> list[StreamingQuery]:
-    jobs = [j for j in pipeline.jobs if not only or j.job_id in only or j.sink in only]
-    return [start_job(spark, pipeline, job, settings) for job in jobs]
+    return [start_job(spark, pipeline, job, settings) for job in select_jobs(pipeline, only)]
+
+
+@dataclass
+class Supervisor:
+    """Keeps a pipeline's jobs running: a job that fails is reported and restarted after a
+    backoff (1 s, 2 s, 4 s ... at most ``max_backoff``) while the others carry on; the restarted
+    job catches up from its checkpoint and its table's Delta history.
+
+    Example::
+
+        supervisor = Supervisor(spark, pipeline, settings, report=print)
+        supervisor.start()
+        supervisor.run(stop)  # until ``stop`` (a threading.Event) is set
+    """
+
+    spark: SparkSession
+    pipeline: Pipeline
+    settings: Settings
+    only: Sequence[str] = ()
+    report: Callable[[str], None] = lambda message: None
+    max_backoff: float = 60.0
+    queries: dict[str, StreamingQuery] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    _retry_at: dict[str, float] = field(default_factory=dict)
+
+    def start(self) -> None:
+        for job in select_jobs(self.pipeline, self.only):
+            self.queries[job.job_id] = start_job(self.spark, self.pipeline, job, self.settings)
+
+    def poll(self) -> None:
+        """Notice failed jobs and restart those whose backoff has passed."""
+        now = time.monotonic()
+        for job_id, query in list(self.queries.items()):
+            if query.isActive:
+                continue
+            if job_id not in self._retry_at:
+                error = query.exception()
+                self.failures[job_id] = self.failures.get(job_id, 0) + 1
+                delay = min(self.max_backoff, 2.0 ** (self.failures[job_id] - 1))
+                self._retry_at[job_id] = now + delay
+                self.report(f"job {job_id} failed (the others keep running); restart in {delay:.0f} s: "
+                            f"{str(error).splitlines()[0] if error else 'stopped'}")
+            elif now >= self._retry_at[job_id]:
+                del self._retry_at[job_id]
+                job = next(j for j in self.pipeline.jobs if j.job_id == job_id)
+                try:
+                    self.queries[job_id] = start_job(self.spark, self.pipeline, job, self.settings)
+                    self.report(f"job {job_id} restarted (attempt {self.failures[job_id] + 1})")
+                except Exception as exc:  # noqa: BLE001 - a restart that fails is retried like a failure
+                    self.report(f"job {job_id} could not restart: {exc}")
+                    self._retry_at[job_id] = now + min(self.max_backoff, 2.0 ** self.failures[job_id])
+
+    def run(self, stop: threading.Event, every: float = 1.0) -> None:
+        while not stop.wait(every):
+            self.poll()
+
+    def stop(self) -> None:
+        for query in self.queries.values():
+            query.stop()
