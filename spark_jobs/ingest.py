@@ -73,28 +73,29 @@ class RootIngestion:
                                counts, offsets=work.offsets)
 
     def _ingest(self, raw: DataFrame, work: BarrierWork) -> tuple[int | None, tuple[int, int, int]]:
-        decoded = decode(raw, self.table).cache()
+        # Cache only what the write needs; the raw bytes of rejected records (rare) are read again.
+        decoded = decode(raw, self.table).select("partition", "offset", "timestamp", "row", "is_delete", "is_bad").cache()
         try:
-            bad_rows = decoded.where("is_bad").select("key", "value", "topic", "partition", "offset").collect()
-            rows_in = decoded.count()
+            totals = decoded.agg(F.count(F.lit(1)).alias("rows"), F.sum(F.col("is_bad").cast("int")).alias("bad")).first()
+            rows_in, rejected = int(totals["rows"]), int(totals["bad"] or 0)
             good = decoded.where(~F.col("is_bad"))
             if self.table.primary_key:
                 keys = [F.col(f"row.{k}") for k in self.table.primary_key]
                 newest_in_partition = Window.partitionBy(*keys, "partition").orderBy(F.col("offset").desc())
                 newest = Window.partitionBy(*keys).orderBy(F.col("timestamp").desc(), F.col("partition").desc())
-                good = (good.withColumn("_rank", F.row_number().over(newest_in_partition)).where("_rank = 1")
+                # one shuffle by key serves both windows (hash(key) also clusters (key, partition))
+                good = (good.repartition(*keys)
+                        .withColumn("_rank", F.row_number().over(newest_in_partition)).where("_rank = 1")
                         .withColumn("_rank", F.row_number().over(newest)).where("_rank = 1"))
-            rows = good.select("row.*", "is_delete").cache()
-            try:
-                rows_out = rows.count()
-                version = None
-                if rows_out:
-                    version = self.sink.commit(work.barrier, work.generation, lambda: self._write(rows))
-            finally:
-                rows.unpersist()
-            if bad_rows:
+            rows = good.select("row.*", "is_delete")
+            version = None
+            if rows_in > rejected:
+                version = self.sink.commit(work.barrier, work.generation, lambda: self._write(rows))
+            if rejected:
+                bad = decode(raw, self.table).where("is_bad")
+                bad_rows = bad.select("key", "value", "topic", "partition", "offset").collect()
                 self._dead_letters(bad_rows, work)
-            return version, (rows_in, rows_in - len(bad_rows), len(bad_rows))
+            return version, (rows_in, rows_in - rejected, rejected)
         finally:
             decoded.unpersist()
 
@@ -105,14 +106,13 @@ class RootIngestion:
             return
         condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.table.primary_key)
         values = {f"`{c}`": f"s.`{c}`" for c in columns}
-        (
-            DeltaTable.forPath(self.spark, self.sink.path).alias("t")
-            .merge(rows.alias("s"), condition)
-            .whenMatchedDelete(condition="s.is_delete")
-            .whenMatchedUpdate(set=values)
-            .whenNotMatchedInsert(condition="NOT s.is_delete", values=values)
-            .execute()
-        )
+        merge = DeltaTable.forPath(self.spark, self.sink.path).alias("t").merge(rows.alias("s"), condition)
+        if self.table.format == "debezium-json":  # the only format with deletes
+            merge = (merge.whenMatchedDelete(condition="s.is_delete").whenMatchedUpdate(set=values)
+                     .whenNotMatchedInsert(condition="NOT s.is_delete", values=values))
+        else:
+            merge = merge.whenMatchedUpdate(set=values).whenNotMatchedInsert(values=values)
+        merge.execute()
 
     def _dead_letters(self, bad_rows: list[Any], work: BarrierWork) -> None:
         records = [

@@ -137,15 +137,12 @@ class TableMaintainer:
         old_versions, old_sink = base
         rows = self._change_rows(old_versions, work.source_versions)
         value_columns = [c for c in rows.columns if c != WEIGHT]
-        net = self._keep(rows.groupBy(*value_columns).agg(F.sum(WEIGHT).alias(WEIGHT)).where(F.col(WEIGHT) != 0))
+        net = rows.groupBy(*value_columns).agg(F.sum(WEIGHT).alias(WEIGHT)).where(F.col(WEIGHT) != 0)
         try:
-            changed = net.count()
+            merge_rows = self._keep(self._fold_groups(net, old_sink, work) if self.plan.aggregates else self._by_key(net))
+            changed = merge_rows.count()  # computes the change once; the MERGE reads it from the cache
             if not changed:
                 return old_sink, (0, 0, 0)
-            if self.plan.aggregates:
-                merge_rows = self._fold_groups(net, old_sink, work)
-            else:
-                merge_rows = self._by_key(net)
             sink = self.sink
             assert sink is not None
             version = sink.commit(work.barrier, work.generation, lambda: self._merge(merge_rows), work.source_versions)
@@ -276,7 +273,7 @@ class TableMaintainer:
         upserts = kept.where(~F.col("_recompute")).drop("_recompute").withColumn(DELETE, F.lit(False))
         deletes = self._deletes(new.where(F.col(ROWS) <= 0), key)
         redo = kept.where(F.col("_recompute")).select(*key)
-        if redo.limit(1).count():
+        if any(a.func in ("min", "max", "count_distinct") for a in self.plan.aggregates) and redo.limit(1).count():
             self._bind({s: self.snapshot(s, v) for s, v in work.source_versions.items()})
             fresh = self.spark.sql(self.plan.full_query)
             fresh = fresh.join(F.broadcast(redo), _same(fresh, redo, [(k, k) for k in key]), "left_semi")

@@ -1,0 +1,211 @@
+"""Data-plane benchmarks, each against a baseline measured in the same run.
+
+* ``ingest``: root ingestion (JSON, primary-key MERGE) of the same Kafka records in the same
+  batch sizes, Lockstep's RootIngestion vs. a plain Structured Streaming Kafka -> Delta MERGE
+  job (foreachBatch: parse, last change per key, MERGE). Runs alternate; the best of each counts.
+* ``ivm``: one barrier of an aggregate over a 10,000,000-row table of which 1% changed,
+  incremental maintenance vs. full refresh of the same query.
+
+Usage: python -m bench.spark_jobs {ingest,ivm} [--records N] [--rows N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from bench.coordinator import start_broker
+from coordinator.settings import Settings
+
+INGEST_DDL = "id BIGINT, v BIGINT, name STRING"
+
+
+def produce(bootstrap: str, topic: str, records: int, keys: int) -> dict[int, int]:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000})
+    for i in range(records):
+        key = i % keys
+        value = json.dumps({"id": key, "v": i, "name": f"n{i % 97}"}).encode()
+        while True:
+            try:
+                producer.produce(topic, key=str(key).encode(), value=value)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain
+                producer.poll(0.5)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench"})
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in (0, 1)}
+    consumer.close()
+    return ends
+
+
+def plain_merge_job(spark, bootstrap: str, topic: str, path: str, per_batch: int, checkpoint: str) -> None:  # noqa: ANN001
+    """The baseline: what a team writes by hand for Kafka -> Delta upserts."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    DeltaTable.createIfNotExists(spark).location(path).addColumns(spark.createDataFrame([], INGEST_DDL).schema).execute()
+
+    def upsert(frame, batch_id: int) -> None:  # noqa: ANN001
+        rows = frame.select("partition", "offset", F.from_json(F.col("value").cast("string"), INGEST_DDL).alias("r"))
+        rows = rows.where("r.id IS NOT NULL")
+        last = Window.partitionBy("r.id").orderBy(F.col("offset").desc())
+        rows = rows.withColumn("_rank", F.row_number().over(last)).where("_rank = 1").select("r.*")
+        (DeltaTable.forPath(spark, path).alias("t").merge(rows.alias("s"), "t.id = s.id")
+         .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", per_batch).load()
+             .writeStream.foreachBatch(upsert).option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination()
+
+
+def lockstep_ingest(spark, settings: Settings, topic: str, ends: dict[int, int], batches: int, run: str) -> None:  # noqa: ANN001
+    from spark_jobs.commits import CompletionPublisher
+    from spark_jobs.epochs import BarrierWork
+    from spark_jobs.ingest import RootIngestion
+    from spark_jobs.pipeline import parse_pipeline
+
+    sql = f"CREATE TABLE t_{run} ({INGEST_DDL}) WITH ('source' = 'kafka:{topic}', 'primary_key' = 'id')"
+    table = parse_pipeline(sql).roots[0]
+    job = RootIngestion(spark.newSession(), table, f"ingest_{run}", settings.warehouse, CompletionPublisher(settings),
+                        settings.bootstrap)
+    for b in range(1, batches + 1):
+        offsets = [(topic, p, end * (b - 1) // batches, end * b // batches) for p, end in ends.items()]
+        job.process(BarrierWork(b, 0, 0, offsets=offsets))
+
+
+def bench_ingest(records: int, batches: int, repeat: int) -> None:
+    from coordinator.stream.topics import Topics, ensure_topics
+    from spark_jobs.session import build_session
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = start_broker(Path(tmp))
+        try:
+            settings = Settings(bootstrap=broker.bootstrap, warehouse=Path(tmp) / "wh", home=Path(tmp), topic_prefix="bench",
+                                jars=Path(__file__).resolve().parents[1] / ".lockstep" / "jars")
+            ensure_topics(settings, Topics("bench"))
+            t0 = time.perf_counter()
+            ends = produce(broker.bootstrap, "ingest_src", records, keys=records // 4)
+            print(f"produced {records:,} JSON records (2 partitions, {records // 4:,} keys) in {time.perf_counter() - t0:.1f}s; "
+                  f"{batches} batches of ~{records // batches:,}")
+            spark = build_session("bench-ingest", settings=settings)
+            plain: list[float] = []
+            ours: list[float] = []
+            for r in range(repeat):
+                t0 = time.perf_counter()
+                plain_merge_job(spark, broker.bootstrap, "ingest_src", str(Path(tmp) / f"plain{r}"), records // batches,
+                                str(Path(tmp) / f"ckpt{r}"))
+                plain.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                lockstep_ingest(spark, settings, "ingest_src", ends, batches, str(r))
+                ours.append(time.perf_counter() - t0)
+                print(f"run {r + 1}: plain Structured Streaming MERGE {plain[-1]:6.1f}s, "
+                      f"Lockstep root ingestion {ours[-1]:6.1f}s")
+            count = spark.read.format("delta").load(str(settings.warehouse / f"t_{repeat - 1}")).count()
+            best_plain, best_ours = min(plain), min(ours)
+            print(f"rows in the table: {count:,} (both jobs upsert the same keys)")
+            print(f"plain    : {records / best_plain:10,.0f} records/s (best of {repeat})")
+            print(f"lockstep : {records / best_ours:10,.0f} records/s (best of {repeat})")
+            print(f"ratio lockstep / plain throughput: {best_plain / best_ours:.2f} (target >= 0.9)")
+            spark.stop()
+        finally:
+            broker.down()
+
+
+def bench_ivm(rows: int, changed: float, rounds: int) -> None:
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from coordinator.stream.topics import Topics, ensure_topics
+    from spark_jobs.commits import CompletionPublisher, DeltaSink
+    from spark_jobs.epochs import BarrierWork
+    from spark_jobs.ivm import TableMaintainer
+    from spark_jobs.pipeline import DerivedTable
+    from spark_jobs.plans import Plan, TableShape, plan_query
+    from spark_jobs.session import build_session
+
+    query = "SELECT g, SUM(v) AS total, COUNT(*) AS n, AVG(v) AS mean FROM src GROUP BY g"
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = start_broker(Path(tmp))
+        try:
+            settings = Settings(bootstrap=broker.bootstrap, warehouse=Path(tmp) / "wh", home=Path(tmp), topic_prefix="bench",
+                                jars=Path(__file__).resolve().parents[1] / ".lockstep" / "jars")
+            ensure_topics(settings, Topics("bench"))
+            spark = build_session("bench-ivm", settings=settings, conf={"spark.driver.memory": "6g"})
+            groups = rows // 100
+            source = DeltaSink(spark, str(settings.warehouse / "src"), "ingest_src", "k BIGINT, g BIGINT, v BIGINT")
+            t0 = time.perf_counter()
+            version = source.commit(1, 0, lambda: spark.range(rows).select(
+                F.col("id").alias("k"), (F.col("id") % groups).alias("g"), (F.col("id") % 1000).alias("v"))
+                .write.format("delta").mode("append").save(source.path))
+            print(f"source: {rows:,} rows, {groups:,} groups, written in {time.perf_counter() - t0:.1f}s")
+            publisher = CompletionPublisher(settings)
+            incremental_plan = plan_query(query, {"src": TableShape(("k",), False)})
+            full_plan = Plan("full_refresh", "the baseline", query, sources=("src",))
+            assert incremental_plan.kind == "aggregate"
+            jobs = {
+                "incremental": TableMaintainer(spark, DerivedTable("agg_inc", query, ("src",)), incremental_plan,
+                                               "maintain_inc", settings.warehouse, publisher),
+                "full refresh": TableMaintainer(spark, DerivedTable("agg_full", query, ("src",)), full_plan,
+                                                "maintain_full", settings.warehouse, publisher),
+            }
+            for job in jobs.values():
+                job.process(BarrierWork(1, 0, 0, source_versions={"src": version}))
+            times: dict[str, list[float]] = {name: [] for name in jobs}
+            n_changed = int(rows * changed)
+            for b in range(2, rounds + 2):
+                updates = spark.range(n_changed).select(
+                    ((F.col("id") * 7919 + b * 104729) % rows).alias("k")).distinct().select(
+                    "k", (F.col("k") % groups).alias("g"), (F.lit(b) * 13 + F.col("k") % 17).alias("v"))
+                version = source.commit(b, 0, lambda u=updates: DeltaTable.forPath(spark, source.path).alias("t").merge(
+                    u.alias("s"), "t.k = s.k").whenMatchedUpdateAll().execute())
+                for name, job in jobs.items():
+                    t0 = time.perf_counter()
+                    job.process(BarrierWork(b, 0, 0, source_versions={"src": version}))
+                    times[name].append(time.perf_counter() - t0)
+                print(f"barrier {b}: {n_changed:,} rows changed; " +
+                      "  ".join(f"{name} {times[name][-1]:6.2f}s" for name in jobs))
+            inc = spark.read.format("delta").load(str(settings.warehouse / "agg_inc")).select("g", "total", "n")
+            full = spark.read.format("delta").load(str(settings.warehouse / "agg_full")).select("g", "total", "n")
+            same = inc.exceptAll(full).count() == 0 and full.exceptAll(inc).count() == 0
+            median = {name: statistics.median(ts) for name, ts in times.items()}
+            print(f"results identical: {same}")
+            print(f"median per barrier: incremental {median['incremental']:.2f}s, full refresh {median['full refresh']:.2f}s")
+            print(f"ratio full refresh / incremental: {median['full refresh'] / median['incremental']:.1f}x (target >= 20x)")
+            spark.stop()
+        finally:
+            broker.down()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("which", choices=["ingest", "ivm"])
+    parser.add_argument("--records", type=int, default=400_000, help="ingest: records (default 400,000)")
+    parser.add_argument("--batches", type=int, default=8, help="ingest: barriers / micro-batches (default 8)")
+    parser.add_argument("--repeat", type=int, default=2, help="ingest: alternating runs of each (default 2)")
+    parser.add_argument("--rows", type=int, default=10_000_000, help="ivm: source rows (default 10,000,000)")
+    parser.add_argument("--changed", type=float, default=0.01, help="ivm: fraction changed per barrier (default 0.01)")
+    parser.add_argument("--rounds", type=int, default=3, help="ivm: barriers measured (default 3)")
+    args = parser.parse_args()
+    if args.which == "ingest":
+        bench_ingest(args.records, args.batches, args.repeat)
+    else:
+        bench_ivm(args.rows, args.changed, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
