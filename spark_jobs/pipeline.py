@@ -121,7 +121,7 @@ def parse_pipeline(text: str, base: Path | None = None) -> Pipeline:
         elif isinstance(statement, exp.Insert) and isinstance(statement.expression, exp.Query):
             target = statement.this.find(exp.Table) if not isinstance(statement.this, exp.Table) else statement.this
             query = statement.expression
-            derived.append(DerivedTable(target.name, query.sql(dialect="spark"), _sources(query), declared_here=False))
+            derived.append(DerivedTable(target.name, query.sql(dialect="spark"), tables_read(query), declared_here=False))
         else:
             raise PipelineError(
                 f"{where}: only CREATE TABLE ... WITH (...), CREATE TABLE ... AS SELECT and "
@@ -185,10 +185,10 @@ def _derived(statement: exp.Create, where: str) -> DerivedTable:
     target = statement.this
     name = target.name if isinstance(target, exp.Table) else target.this.name
     query = statement.expression
-    return DerivedTable(name, query.sql(dialect="spark"), _sources(query), True, bool(statement.args.get("exists")))
+    return DerivedTable(name, query.sql(dialect="spark"), tables_read(query), True, bool(statement.args.get("exists")))
 
 
-def _sources(query: exp.Query) -> tuple[str, ...]:
+def tables_read(query: exp.Query) -> tuple[str, ...]:
     """Tables a query reads, without its own CTE names, sorted."""
     ctes = {cte.alias for cte in query.find_all(exp.CTE)}
     seen: list[str] = []

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 import sqlglot
 from sqlglot import exp
 
+from spark_jobs.pipeline import tables_read
+
 HIDDEN = "__lockstep_"  # prefix of bookkeeping columns kept in aggregate tables
 WEIGHT = f"{HIDDEN}w"  # +n / -n multiplicity of a change row
 ROWS = f"{HIDDEN}rows"  # source rows in a group: the group disappears at 0
@@ -106,7 +108,7 @@ class Unsupported(Exception):
 def plan_query(query: str, shapes: Mapping[str, TableShape]) -> Plan:
     """Analyse ``query`` (Spark SQL) given what is known about its source tables."""
     tree = sqlglot.parse_one(query, read="spark")
-    sources = tuple(sorted({t.name for t in tree.find_all(exp.Table)}))
+    sources = tables_read(tree)
     try:
         return _plan(tree, shapes, sources)
     except Unsupported as exc:

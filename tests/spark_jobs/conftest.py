@@ -24,8 +24,9 @@ def run_pipeline(
     queries: list[StreamingQuery] = []
 
     def run(sql: str) -> Settings:
-        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home")
-        make_worker()
+        worker = make_worker()
+        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home",
+                                       coordinator_url=worker.url)
         pipeline = parse_pipeline(sql)
         register_pipeline(settings, pipeline)
         queries.extend(start_jobs(spark, pipeline, settings))

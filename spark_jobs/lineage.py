@@ -1,0 +1,64 @@
+"""Lineage as tables a Spark user can join (DESIGN.md "Delay and lineage").
+
+``__meta_etl_source(job_id, table_name)``, ``__meta_etl_sink(job_id, table_name)`` and
+``__meta_table_version(table_name, barrier, version, generation, committed_at)``, built from
+the same fold of the state topics every other component uses. FLIP-276's example, "the sink
+tables of the jobs that read Table1", runs as written::
+
+    register_lineage_views(spark)
+    spark.sql("SELECT T.table_name FROM __META_ETL_SINK AS T JOIN __META_ETL_SOURCE AS S "
+              "ON T.job_id = S.job_id WHERE S.table_name = 'shopping'").show()
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pyspark.sql import DataFrame, SparkSession
+
+from coordinator.domain import MetaState
+from coordinator.settings import Settings
+
+META_TABLES = ("__meta_etl_source", "__meta_etl_sink", "__meta_table_version")
+
+
+def is_meta_table(name: str) -> bool:
+    return name.lower() in META_TABLES
+
+
+def lineage_frames(spark: SparkSession, state: MetaState) -> dict[str, DataFrame]:
+    """The three lineage tables of ``state`` (active jobs; exact points that still count)."""
+    jobs = sorted(state.active_jobs(), key=lambda j: j.job_id)
+    sources = [(j.job_id, s) for j in jobs for s in j.sources]
+    sources += [(j.job_id, f"kafka:{t}") for j in jobs for t in j.external_topics]
+    versions = [
+        (c.table, c.barrier, c.delta_version, c.generation, datetime.fromtimestamp(c.committed_at_ms / 1000, UTC))
+        for table, by_barrier in sorted(state.completions.items())
+        for _, c in sorted(by_barrier.items())
+        if state.counts(c)
+    ]
+    return {
+        "__meta_etl_source": spark.createDataFrame(sources, "job_id STRING, table_name STRING"),
+        "__meta_etl_sink": spark.createDataFrame([(j.job_id, j.sink) for j in jobs], "job_id STRING, table_name STRING"),
+        "__meta_table_version": spark.createDataFrame(
+            versions, "table_name STRING, barrier BIGINT, version BIGINT, generation BIGINT, committed_at TIMESTAMP"),
+    }
+
+
+def read_state(settings: Settings) -> MetaState:
+    """Fold the state topics to their current end (no coordinator needed)."""
+    from coordinator.stream.follower import StateReader
+    from coordinator.stream.topics import Topics
+
+    reader = StateReader(settings, Topics(settings.topic_prefix))
+    try:
+        return reader.read_to_end()
+    finally:
+        reader.close()
+
+
+def register_lineage_views(spark: SparkSession, settings: Settings | None = None) -> list[str]:
+    """Register the lineage tables as temp views of ``spark``; returns their names."""
+    for name, frame in lineage_frames(spark, read_state(settings or Settings.from_env())).items():
+        frame.createOrReplaceTempView(name)
+    return list(META_TABLES)
