@@ -305,6 +305,36 @@ def topology(settings: Settings, fmt: str) -> None:
         Console().print(table)
 
 
+@cli.command()
+@click.option("--last", default=100, show_default=True, type=click.IntRange(1), help="Barriers the percentiles cover.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.pass_obj
+def delays(settings: Settings, last: int, fmt: str) -> None:
+    """How late each table and job is: latest exact barrier, lag, E2E delay p50/p99, own delay per job.
+
+    The bottleneck (the job with the largest own delay upstream of the slowest table) is marked.
+    """
+    body = fetch(settings, f"/delays?last={last}")
+    if fmt == "json":
+        click.echo(json.dumps(body, indent=2, sort_keys=True))
+        return
+
+    def ms(value: int | None) -> str:
+        return "-" if value is None else f"{value / 1000:.2f} s"
+
+    tables = Table("table", "latest exact barrier", "lag (barriers)", "E2E p50", "E2E p99",
+                   title=f"tables (last {last} barriers)")
+    for name, t in body["tables"].items():
+        tables.add_row(name, str(t["latest_exact_barrier"] or "-"), str(t["lag_barriers"]),
+                       ms(t["e2e_p50_ms"]), ms(t["e2e_p99_ms"]))
+    jobs = Table("job", "sink", "own delay p50", "own delay p99", "")
+    for job, j in body["jobs"].items():
+        jobs.add_row(job, j["sink"], ms(j["own_p50_ms"]), ms(j["own_p99_ms"]), "bottleneck" if job == body["bottleneck"] else "")
+    console = Console()
+    console.print(tables)
+    console.print(jobs)
+
+
 @cli.group()
 def barriers() -> None:
     """Inspect barriers."""

@@ -202,7 +202,7 @@ async def delays_view(web: View, request: Request) -> Response:
     if (busy := _state_or_503(web)) is not None:
         return busy
     with coordinator().follower.reader.lock:
-        return web.json(views.delays(coordinator().state))
+        return web.json(views.delays(coordinator().state, _int_param(request, "last", 100) or 100))
 
 
 @app.page("/metrics")

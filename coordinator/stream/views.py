@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.domain import MetaState
+from coordinator.domain.delays import delay_report
 from coordinator.domain.records import to_record
 
 
@@ -36,17 +37,9 @@ def barriers(state: MetaState, start: int, limit: int) -> list[dict[str, Any]]:
     return [to_record(state.barriers[b]) for b in ids]
 
 
-def delays(state: MetaState) -> dict[str, Any]:
-    """Per table: latest exact barrier, lag in barriers, last E2E delay (committed_at - ts(b))."""
-    last = state.last_barrier()
-    out: dict[str, Any] = {}
-    for name in sorted(state.tables):
-        latest = state.latest_exact(name)
-        delay = None
-        if latest is not None and latest in state.barriers:
-            delay = state.completions[name][latest].committed_at_ms - state.barriers[latest].ts_ms
-        out[name] = {"latest_exact_barrier": latest, "lag_barriers": last - (latest or 0), "e2e_delay_ms": delay}
-    return out
+def delays(state: MetaState, last: int = 100) -> dict[str, Any]:
+    """Per table and job: latest exact barrier, lag, delay p50/p99 over the last barriers; the bottleneck."""
+    return delay_report(state, last)
 
 
 def metrics(state: MetaState, counters: dict[str, int]) -> str:
@@ -58,11 +51,17 @@ def metrics(state: MetaState, counters: dict[str, int]) -> str:
         "# HELP lockstep_barrier_lag Announced barriers not yet an exact point of the table.",
         "# TYPE lockstep_barrier_lag gauge",
     ]
-    d = delays(state)
+    report = delay_report(state)
+    d = report["tables"]
     lines += [f'lockstep_barrier_lag{{table="{t}"}} {v["lag_barriers"]}' for t, v in d.items()]
-    lines += ["# HELP lockstep_e2e_delay_ms Commit time minus barrier time at the latest exact point.",
+    lines += ["# HELP lockstep_e2e_delay_ms Commit time minus barrier time over the last 100 exact points.",
               "# TYPE lockstep_e2e_delay_ms gauge"]
-    lines += [f'lockstep_e2e_delay_ms{{table="{t}"}} {v["e2e_delay_ms"]}' for t, v in d.items() if v["e2e_delay_ms"] is not None]
+    lines += [f'lockstep_e2e_delay_ms{{table="{t}",quantile="{q}"}} {v[f"e2e_p{q[2:]}_ms"]}'
+              for t, v in d.items() for q in ("0.50", "0.99") if v["e2e_p50_ms"] is not None]
+    lines += ["# HELP lockstep_job_delay_ms A job's own delay (its commit minus its latest source's commit).",
+              "# TYPE lockstep_job_delay_ms gauge"]
+    lines += [f'lockstep_job_delay_ms{{job="{j}",quantile="{q}"}} {v[f"own_p{q[2:]}_ms"]}'
+              for j, v in report["jobs"].items() for q in ("0.50", "0.99") if v["own_p50_ms"] is not None]
     for name, value in sorted(counters.items()):
         lines += [f"# TYPE lockstep_{name} counter", f"lockstep_{name}_total {value}"]
     return "\n".join(lines) + "\n"

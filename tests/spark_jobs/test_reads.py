@@ -138,6 +138,16 @@ def test_consistent_reads_while_the_pipeline_runs(
         kept = snap.sql("SELECT barrier, version FROM __meta_table_version WHERE table_name = 'user_item_amount'")
         assert state.exact_points("user_item_amount").items() <= {(r["barrier"], r["version"]) for r in kept.collect()}
 
+    figures = subprocess.run([sys.executable, "-m", "coordinator.cli", "delays", "--format", "json"],
+                             env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert figures.returncode == 0, figures.stderr
+    report = json.loads(figures.stdout)
+    assert report["tables"]["user_item_amount"]["e2e_p50_ms"] > 0
+    assert report["bottleneck"] in {"ingest_shopping", "maintain_user_item_amount", "maintain_user_item_price"}
+    table_view = subprocess.run([sys.executable, "-m", "coordinator.cli", "delays"], env=env, capture_output=True,
+                                text=True, timeout=60, cwd=ROOT)
+    assert "bottleneck" in table_view.stdout and "user_item_price" in table_view.stdout
+
     with pytest.raises(SnapshotError, match="unknown table"):
         open_snapshot(spark, ["nope"], settings=settings)
     with pytest.raises(SnapshotError, match="no exact point at barrier"):

@@ -18,11 +18,13 @@ def test_table_delays_and_metrics(make_state: Callable[..., MetaState]) -> None:
     table = views.table(state, "shopping")
     assert table is not None and table["exact_points"] == {"1": 4} and table["latest_exact_barrier"] == 1
     assert views.table(state, "nope") is None
-    assert views.delays(state)["shopping"] == {"latest_exact_barrier": 1, "lag_barriers": 1, "e2e_delay_ms": 700}
-    assert views.delays(state)["user_item_price"]["lag_barriers"] == 2
+    assert views.delays(state)["tables"]["shopping"] == {
+        "latest_exact_barrier": 1, "lag_barriers": 1, "e2e_p50_ms": 700, "e2e_p99_ms": 700, "e2e_last_ms": 700}
+    assert views.delays(state)["tables"]["user_item_price"]["lag_barriers"] == 2
     text = views.metrics(state, {"decode_errors": 3})
     assert 'lockstep_barrier_lag{table="shopping"} 1' in text
-    assert 'lockstep_e2e_delay_ms{table="shopping"} 700' in text
+    assert 'lockstep_e2e_delay_ms{table="shopping",quantile="0.99"} 700' in text
+    assert 'lockstep_job_delay_ms{job="ingest_shopping",quantile="0.50"} 700' in text
     assert "lockstep_decode_errors_total 3" in text
     assert [b["barrier"] for b in views.barriers(state, 2, 10)] == [2]
     assert views.topology(state)["edges"] == [["shopping", "user_item_amount"], ["shopping", "user_item_price"]]

@@ -1,0 +1,35 @@
+"""Delay figures from completions: E2E per table, own delay per job, and the bottleneck."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from coordinator.domain import BarrierAnnounced, BarrierCompleted, MetaState
+from coordinator.domain.delays import delay_report
+
+
+def test_own_delays_find_the_bottleneck_on_the_slowest_path(make_state: Callable[..., MetaState]) -> None:
+    facts: list[object] = []
+    for b in range(1, 11):
+        ts = b * 1000
+        facts += [
+            BarrierAnnounced(b, ts),
+            BarrierCompleted("ingest_shopping", "shopping", b, 0, b, committed_at_ms=ts + 200),
+            BarrierCompleted("amount_job", "user_item_amount", b, 0, b, committed_at_ms=ts + 200 + 300),
+            BarrierCompleted("price_job", "user_item_price", b, 0, b, committed_at_ms=ts + 200 + 100 * b),
+        ]
+    report = delay_report(make_state(*facts, shopping_topology=True), last=5)
+    assert report["tables"]["shopping"]["e2e_p50_ms"] == 200
+    assert report["tables"]["user_item_amount"]["e2e_p99_ms"] == 500
+    assert report["tables"]["user_item_price"]["e2e_p50_ms"] == 1000  # barriers 6..10: 800..1200
+    assert report["jobs"]["price_job"]["own_p99_ms"] == 1000
+    assert report["jobs"]["amount_job"]["own_p50_ms"] == 300
+    assert report["bottleneck"] == "price_job"
+    assert report["tables"]["user_item_price"]["lag_barriers"] == 0
+
+
+def test_no_completions_no_figures(make_state: Callable[..., MetaState]) -> None:
+    report = delay_report(make_state(BarrierAnnounced(1, 1000), shopping_topology=True))
+    assert report["bottleneck"] is None
+    assert report["tables"]["shopping"] == {"latest_exact_barrier": None, "lag_barriers": 1, "e2e_p50_ms": None,
+                                            "e2e_p99_ms": None, "e2e_last_ms": None}
