@@ -53,7 +53,7 @@ class RootIngestion:
         return (
             self.spark.read.format("kafka")
             .option("kafka.bootstrap.servers", self.bootstrap)
-            .option("subscribe", topic)
+            .option("assign", json.dumps({topic: sorted(p for _, p, _, _ in ranges)}))  # only partitions with data
             .option("startingOffsets", json.dumps(starting))
             .option("endingOffsets", json.dumps(ending))
             .option("failOnDataLoss", "true")
