@@ -16,12 +16,30 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.coordinator import start_broker
 from coordinator.settings import Settings
 
 INGEST_DDL = "id BIGINT, v BIGINT, name STRING"
+
+
+@contextmanager
+def local_stack() -> Iterator[Settings]:
+    """A temporary home with its own local broker and the coordinator's topics; torn down after."""
+    from coordinator.stream.topics import Topics, ensure_topics
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = start_broker(Path(tmp))
+        try:
+            settings = Settings(bootstrap=broker.bootstrap, warehouse=Path(tmp) / "wh", home=Path(tmp), topic_prefix="bench",
+                                jars=Path(__file__).resolve().parents[1] / ".lockstep" / "jars")
+            ensure_topics(settings, Topics("bench"))
+            yield settings
+        finally:
+            broker.down()
 
 
 def produce(bootstrap: str, topic: str, records: int, keys: int) -> dict[int, int]:
@@ -89,48 +107,40 @@ def lockstep_ingest(spark, settings: Settings, topic: str, ends: dict[int, int],
 
 
 def bench_ingest(records: int, batches: int, repeat: int) -> None:
-    from coordinator.stream.topics import Topics, ensure_topics
     from spark_jobs.session import build_session
 
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = start_broker(Path(tmp))
-        try:
-            settings = Settings(bootstrap=broker.bootstrap, warehouse=Path(tmp) / "wh", home=Path(tmp), topic_prefix="bench",
-                                jars=Path(__file__).resolve().parents[1] / ".lockstep" / "jars")
-            ensure_topics(settings, Topics("bench"))
+    with local_stack() as settings:
+        tmp = settings.home
+        t0 = time.perf_counter()
+        ends = produce(settings.bootstrap, "ingest_src", records, keys=records // 4)
+        print(f"produced {records:,} JSON records (2 partitions, {records // 4:,} keys) in {time.perf_counter() - t0:.1f}s; "
+              f"{batches} batches of ~{records // batches:,}")
+        spark = build_session("bench-ingest", settings=settings)
+        plain: list[float] = []
+        ours: list[float] = []
+        for r in range(repeat):
             t0 = time.perf_counter()
-            ends = produce(broker.bootstrap, "ingest_src", records, keys=records // 4)
-            print(f"produced {records:,} JSON records (2 partitions, {records // 4:,} keys) in {time.perf_counter() - t0:.1f}s; "
-                  f"{batches} batches of ~{records // batches:,}")
-            spark = build_session("bench-ingest", settings=settings)
-            plain: list[float] = []
-            ours: list[float] = []
-            for r in range(repeat):
-                t0 = time.perf_counter()
-                plain_merge_job(spark, broker.bootstrap, "ingest_src", str(Path(tmp) / f"plain{r}"), records // batches,
-                                str(Path(tmp) / f"ckpt{r}"))
-                plain.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                lockstep_ingest(spark, settings, "ingest_src", ends, batches, str(r))
-                ours.append(time.perf_counter() - t0)
-                print(f"run {r + 1}: plain Structured Streaming MERGE {plain[-1]:6.1f}s, "
-                      f"Lockstep root ingestion {ours[-1]:6.1f}s")
-            count = spark.read.format("delta").load(str(settings.warehouse / f"t_{repeat - 1}")).count()
-            best_plain, best_ours = min(plain), min(ours)
-            print(f"rows in the table: {count:,} (both jobs upsert the same keys)")
-            print(f"plain    : {records / best_plain:10,.0f} records/s (best of {repeat})")
-            print(f"lockstep : {records / best_ours:10,.0f} records/s (best of {repeat})")
-            print(f"ratio lockstep / plain throughput: {best_plain / best_ours:.2f} (target >= 0.9)")
-            spark.stop()
-        finally:
-            broker.down()
+            plain_merge_job(spark, settings.bootstrap, "ingest_src", str(tmp / f"plain{r}"), records // batches,
+                            str(tmp / f"ckpt{r}"))
+            plain.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            lockstep_ingest(spark, settings, "ingest_src", ends, batches, str(r))
+            ours.append(time.perf_counter() - t0)
+            print(f"run {r + 1}: plain Structured Streaming MERGE {plain[-1]:6.1f}s, "
+                  f"Lockstep root ingestion {ours[-1]:6.1f}s")
+        count = spark.read.format("delta").load(str(settings.warehouse / f"t_{repeat - 1}")).count()
+        best_plain, best_ours = min(plain), min(ours)
+        print(f"rows in the table: {count:,} (both jobs upsert the same keys)")
+        print(f"plain    : {records / best_plain:10,.0f} records/s (best of {repeat})")
+        print(f"lockstep : {records / best_ours:10,.0f} records/s (best of {repeat})")
+        print(f"ratio lockstep / plain throughput: {best_plain / best_ours:.2f} (target >= 0.9)")
+        spark.stop()
 
 
 def bench_ivm(rows: int, changed: float, rounds: int) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from coordinator.stream.topics import Topics, ensure_topics
     from spark_jobs.commits import CompletionPublisher, DeltaSink
     from spark_jobs.epochs import BarrierWork
     from spark_jobs.ivm import TableMaintainer
@@ -139,56 +149,49 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
     from spark_jobs.session import build_session
 
     query = "SELECT g, SUM(v) AS total, COUNT(*) AS n, AVG(v) AS mean FROM src GROUP BY g"
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = start_broker(Path(tmp))
-        try:
-            settings = Settings(bootstrap=broker.bootstrap, warehouse=Path(tmp) / "wh", home=Path(tmp), topic_prefix="bench",
-                                jars=Path(__file__).resolve().parents[1] / ".lockstep" / "jars")
-            ensure_topics(settings, Topics("bench"))
-            spark = build_session("bench-ivm", settings=settings, conf={"spark.driver.memory": "6g"})
-            groups = rows // 100
-            source = DeltaSink(spark, str(settings.warehouse / "src"), "ingest_src", "k BIGINT, g BIGINT, v BIGINT")
-            t0 = time.perf_counter()
-            version = source.commit(1, 0, lambda: spark.range(rows).select(
-                F.col("id").alias("k"), (F.col("id") % groups).alias("g"), (F.col("id") % 1000).alias("v"))
-                .write.format("delta").mode("append").save(source.path))
-            print(f"source: {rows:,} rows, {groups:,} groups, written in {time.perf_counter() - t0:.1f}s")
-            publisher = CompletionPublisher(settings)
-            incremental_plan = plan_query(query, {"src": TableShape(("k",), False)})
-            full_plan = Plan("full_refresh", "the baseline", query, sources=("src",))
-            assert incremental_plan.kind == "aggregate"
-            jobs = {
-                "incremental": TableMaintainer(spark, DerivedTable("agg_inc", query, ("src",)), incremental_plan,
-                                               "maintain_inc", settings.warehouse, publisher),
-                "full refresh": TableMaintainer(spark, DerivedTable("agg_full", query, ("src",)), full_plan,
-                                                "maintain_full", settings.warehouse, publisher),
-            }
-            for job in jobs.values():
-                job.process(BarrierWork(1, 0, 0, source_versions={"src": version}))
-            times: dict[str, list[float]] = {name: [] for name in jobs}
-            n_changed = int(rows * changed)
-            for b in range(2, rounds + 2):
-                updates = spark.range(n_changed).select(
-                    ((F.col("id") * 7919 + b * 104729) % rows).alias("k")).distinct().select(
-                    "k", (F.col("k") % groups).alias("g"), (F.lit(b) * 13 + F.col("k") % 17).alias("v"))
-                version = source.commit(b, 0, lambda u=updates: DeltaTable.forPath(spark, source.path).alias("t").merge(
-                    u.alias("s"), "t.k = s.k").whenMatchedUpdateAll().execute())
-                for name, job in jobs.items():
-                    t0 = time.perf_counter()
-                    job.process(BarrierWork(b, 0, 0, source_versions={"src": version}))
-                    times[name].append(time.perf_counter() - t0)
-                print(f"barrier {b}: {n_changed:,} rows changed; " +
-                      "  ".join(f"{name} {times[name][-1]:6.2f}s" for name in jobs))
-            inc = spark.read.format("delta").load(str(settings.warehouse / "agg_inc")).select("g", "total", "n")
-            full = spark.read.format("delta").load(str(settings.warehouse / "agg_full")).select("g", "total", "n")
-            same = inc.exceptAll(full).count() == 0 and full.exceptAll(inc).count() == 0
-            median = {name: statistics.median(ts) for name, ts in times.items()}
-            print(f"results identical: {same}")
-            print(f"median per barrier: incremental {median['incremental']:.2f}s, full refresh {median['full refresh']:.2f}s")
-            print(f"ratio full refresh / incremental: {median['full refresh'] / median['incremental']:.1f}x (target >= 20x)")
-            spark.stop()
-        finally:
-            broker.down()
+    with local_stack() as settings:
+        spark = build_session("bench-ivm", settings=settings, conf={"spark.driver.memory": "6g"})
+        groups = rows // 100
+        source = DeltaSink(spark, str(settings.warehouse / "src"), "ingest_src", "k BIGINT, g BIGINT, v BIGINT")
+        t0 = time.perf_counter()
+        version = source.commit(1, 0, lambda: spark.range(rows).select(
+            F.col("id").alias("k"), (F.col("id") % groups).alias("g"), (F.col("id") % 1000).alias("v"))
+            .write.format("delta").mode("append").save(source.path))
+        print(f"source: {rows:,} rows, {groups:,} groups, written in {time.perf_counter() - t0:.1f}s")
+        publisher = CompletionPublisher(settings)
+        incremental_plan = plan_query(query, {"src": TableShape(("k",), False)})
+        full_plan = Plan("full_refresh", "the baseline", query, sources=("src",))
+        assert incremental_plan.kind == "aggregate"
+        jobs = {
+            "incremental": TableMaintainer(spark, DerivedTable("agg_inc", query, ("src",)), incremental_plan,
+                                           "maintain_inc", settings.warehouse, publisher),
+            "full refresh": TableMaintainer(spark, DerivedTable("agg_full", query, ("src",)), full_plan,
+                                            "maintain_full", settings.warehouse, publisher),
+        }
+        for job in jobs.values():
+            job.process(BarrierWork(1, 0, 0, source_versions={"src": version}))
+        times: dict[str, list[float]] = {name: [] for name in jobs}
+        n_changed = int(rows * changed)
+        for b in range(2, rounds + 2):
+            updates = spark.range(n_changed).select(
+                ((F.col("id") * 7919 + b * 104729) % rows).alias("k")).distinct().select(
+                "k", (F.col("k") % groups).alias("g"), (F.lit(b) * 13 + F.col("k") % 17).alias("v"))
+            version = source.commit(b, 0, lambda u=updates: DeltaTable.forPath(spark, source.path).alias("t").merge(
+                u.alias("s"), "t.k = s.k").whenMatchedUpdateAll().execute())
+            for name, job in jobs.items():
+                t0 = time.perf_counter()
+                job.process(BarrierWork(b, 0, 0, source_versions={"src": version}))
+                times[name].append(time.perf_counter() - t0)
+            print(f"barrier {b}: {n_changed:,} rows changed; " +
+                  "  ".join(f"{name} {times[name][-1]:6.2f}s" for name in jobs))
+        inc = spark.read.format("delta").load(str(settings.warehouse / "agg_inc")).select("g", "total", "n")
+        full = spark.read.format("delta").load(str(settings.warehouse / "agg_full")).select("g", "total", "n")
+        same = inc.exceptAll(full).count() == 0 and full.exceptAll(inc).count() == 0
+        median = {name: statistics.median(ts) for name, ts in times.items()}
+        print(f"results identical: {same}")
+        print(f"median per barrier: incremental {median['incremental']:.2f}s, full refresh {median['full refresh']:.2f}s")
+        print(f"ratio full refresh / incremental: {median['full refresh'] / median['incremental']:.1f}x (target >= 20x)")
+        spark.stop()
 
 
 def main() -> None:

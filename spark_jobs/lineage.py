@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from coordinator.domain import MetaState
 from coordinator.settings import Settings
+from coordinator.stream.follower import read_state
 
 META_TABLES = ("__meta_etl_source", "__meta_etl_sink", "__meta_table_version")
 
@@ -43,18 +44,6 @@ def lineage_frames(spark: SparkSession, state: MetaState) -> dict[str, DataFrame
         "__meta_table_version": spark.createDataFrame(
             versions, "table_name STRING, barrier BIGINT, version BIGINT, generation BIGINT, committed_at TIMESTAMP"),
     }
-
-
-def read_state(settings: Settings) -> MetaState:
-    """Fold the state topics to their current end (no coordinator needed)."""
-    from coordinator.stream.follower import StateReader
-    from coordinator.stream.topics import Topics
-
-    reader = StateReader(settings, Topics(settings.topic_prefix))
-    try:
-        return reader.read_to_end()
-    finally:
-        reader.close()
 
 
 def register_lineage_views(spark: SparkSession, settings: Settings | None = None) -> list[str]:

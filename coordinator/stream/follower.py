@@ -135,6 +135,15 @@ class StateReader:
         return self.state
 
 
+def read_state(settings: Settings) -> MetaState:
+    """Fold the state topics up to their current end, once (no coordinator needed)."""
+    reader = StateReader(settings, Topics(settings.topic_prefix))
+    try:
+        return reader.read_to_end()
+    finally:
+        reader.close()
+
+
 class StateFollower(threading.Thread):
     """A StateReader that keeps folding in the background (the worker's live state)."""
 

@@ -8,16 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from coordinator.domain import MetaState
 from coordinator.settings import Settings
-from coordinator.stream.follower import StateReader
-from coordinator.stream.topics import Topics
-
-
-def read_state(settings: Settings) -> MetaState:
-    reader = StateReader(settings, Topics(settings.topic_prefix))
-    try:
-        return reader.read_to_end()
-    finally:
-        reader.close()
+from coordinator.stream.follower import read_state
 
 
 def wait_for_barrier(
