@@ -9,9 +9,11 @@ is found again from the table history.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from confluent_kafka import Producer
 from delta.tables import DeltaTable
@@ -57,12 +59,20 @@ class DeltaSink:
     sources: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._clear_unfinished_create()
         schema = self.spark.createDataFrame([], self.schema).schema
         builder = DeltaTable.createIfNotExists(self.spark).location(self.path).addColumns(schema)
         for key, value in {"delta.enableChangeDataFeed": "true", **self.properties}.items():
             builder = builder.property(key, value)
         builder.execute()
         self._load_history()
+
+    def _clear_unfinished_create(self) -> None:
+        """A process killed while creating the table can leave a ``_delta_log`` without any
+        commit, which Delta then refuses to create a table in. Nothing was committed, so it goes."""
+        log = Path(self.path) / "_delta_log"
+        if log.is_dir() and not any(log.glob("*.json")) and not any(log.glob("*.checkpoint*.parquet")):
+            shutil.rmtree(log)
 
     def _load_history(self) -> None:
         for row in DeltaTable.forPath(self.spark, self.path).history().select("version", "userMetadata").collect():

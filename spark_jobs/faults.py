@@ -20,5 +20,7 @@ def crash_point(name: str) -> None:
     if not spec:
         return
     point, _, chance = spec.partition(":")
+    if point not in POINTS:
+        raise ValueError(f"LOCKSTEP_CRASH_AT={spec!r}: unknown crash point {point!r}; use one of {', '.join(POINTS)}")
     if point == name and random.random() < float(chance or 1):
         os.kill(os.getpid(), signal.SIGKILL)

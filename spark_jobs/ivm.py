@@ -57,7 +57,7 @@ class TableMaintainer:
     def __post_init__(self) -> None:
         self.sink: DeltaSink | None = None
         self.schema: StructType | None = None
-        if (self.warehouse / self.table.name / "_delta_log").is_dir():
+        if DeltaTable.isDeltaTable(self.spark, self._path(self.table.name)):  # not if a kill cut its creation short
             self._open_sink(self.spark.read.format("delta").load(self._path(self.table.name)).schema)
         self.base: tuple[dict[str, int], int] | None = None  # source versions reflected, and the sink version
         self._cached: list[DataFrame] = []

@@ -26,7 +26,7 @@ from coordinator.settings import Settings
 from tests.spark_jobs.barriers import at, wait_for_barrier
 from tests.worker_fixtures import ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]  # eleven job starts
 
 PIPELINE = """
 CREATE TABLE events (k BIGINT, seq BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
