@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Producer
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from coordinator.codec import default_codec
@@ -53,7 +53,6 @@ class DeltaSink:
     path: str
     job_id: str
     schema: str | StructType  # DDL ("a BIGINT, b STRING") or a Spark schema
-    properties: dict[str, str] = field(default_factory=dict)
     versions: dict[tuple[int, int], int] = field(default_factory=dict)  # (generation, barrier) -> version
     # (generation, barrier) -> the source versions an intermediate job read for that commit
     sources: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
@@ -61,10 +60,9 @@ class DeltaSink:
     def __post_init__(self) -> None:
         self._clear_unfinished_create()
         schema = self.spark.createDataFrame([], self.schema).schema
-        builder = DeltaTable.createIfNotExists(self.spark).location(self.path).addColumns(schema)
-        for key, value in {"delta.enableChangeDataFeed": "true", **self.properties}.items():
-            builder = builder.property(key, value)
-        builder.execute()
+        DeltaTable.createIfNotExists(self.spark).location(self.path).addColumns(schema).property(
+            "delta.enableChangeDataFeed", "true"
+        ).execute()
         self._load_history()
 
     def _clear_unfinished_create(self) -> None:
@@ -123,6 +121,22 @@ class DeltaSink:
             return int(history["version"])
         self._load_history()  # the write was a no-op: find the version of the earlier commit
         return self.versions.get((generation, barrier), self.version_at(barrier, generation))
+
+
+def merge_by_key(spark: SparkSession, path: str, rows: DataFrame, key: Sequence[str], columns: Sequence[str],
+                 delete_flag: str | None = None, null_safe: bool = False) -> None:
+    """Upsert ``rows`` into the Delta table at ``path`` by ``key``; rows whose boolean column
+    ``delete_flag`` is true delete their key instead. ``null_safe`` matches NULL keys too."""
+    equal = "<=>" if null_safe else "="
+    values = {f"`{c}`": f"s.`{c}`" for c in columns}
+    merge = DeltaTable.forPath(spark, path).alias("t").merge(
+        rows.alias("s"), " AND ".join(f"t.`{k}` {equal} s.`{k}`" for k in key))
+    if delete_flag is None:
+        merge = merge.whenMatchedUpdate(set=values).whenNotMatchedInsert(values=values)
+    else:
+        merge = (merge.whenMatchedDelete(condition=f"s.`{delete_flag}`").whenMatchedUpdate(set=values)
+                 .whenNotMatchedInsert(condition=f"NOT s.`{delete_flag}`", values=values))
+    merge.execute()
 
 
 def _metadata(raw: str | None) -> dict:

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from coordinator.stream.coordinator import now_ms
-from spark_jobs.commits import CompletionPublisher, DeltaSink
+from spark_jobs.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.epochs import BarrierWork
 from spark_jobs.formats import check_avro_schema, decode, reason
 from spark_jobs.pipeline import RootTable
@@ -104,15 +103,8 @@ class RootIngestion:
         if not self.table.primary_key:
             rows.select(*columns).write.format("delta").mode("append").save(self.sink.path)
             return
-        condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.table.primary_key)
-        values = {f"`{c}`": f"s.`{c}`" for c in columns}
-        merge = DeltaTable.forPath(self.spark, self.sink.path).alias("t").merge(rows.alias("s"), condition)
-        if self.table.format == "debezium-json":  # the only format with deletes
-            merge = (merge.whenMatchedDelete(condition="s.is_delete").whenMatchedUpdate(set=values)
-                     .whenNotMatchedInsert(condition="NOT s.is_delete", values=values))
-        else:
-            merge = merge.whenMatchedUpdate(set=values).whenNotMatchedInsert(values=values)
-        merge.execute()
+        delete_flag = "is_delete" if self.table.format == "debezium-json" else None  # the only format with deletes
+        merge_by_key(self.spark, self.sink.path, rows, self.table.primary_key, columns, delete_flag)
 
     def _dead_letters(self, bad_rows: list[Any], work: BarrierWork) -> None:
         records = [

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from coordinator.stream.coordinator import now_ms
-from spark_jobs.commits import CompletionPublisher, DeltaSink
+from spark_jobs.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.epochs import BarrierWork
 from spark_jobs.pipeline import DerivedTable
 from spark_jobs.plans import HIDDEN, ROWS, WEIGHT, Plan, output_key
@@ -77,6 +77,10 @@ class TableMaintainer:
         sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
         return feed.withColumn(WEIGHT, sign).drop(*CDF_COLUMNS)
 
+    def _bind_snapshots(self, work: BarrierWork) -> None:
+        """Bind each source to its exact-point version for the barrier."""
+        self._bind({s: self.snapshot(s, v) for s, v in work.source_versions.items()})
+
     def _bind(self, frames: dict[str, DataFrame]) -> None:
         """Name each source in this job's own session (temp views), for the query to read."""
         for name, frame in frames.items():
@@ -118,7 +122,7 @@ class TableMaintainer:
 
     def _recompute(self, work: BarrierWork) -> tuple[int, tuple[int, int, int]]:
         """Compute the whole table from the sources' snapshots at the barrier and overwrite it."""
-        self._bind({s: self.snapshot(s, v) for s, v in work.source_versions.items()})
+        self._bind_snapshots(work)
         result = self.spark.sql(self.plan.full_query or self.plan.query).cache()  # counted and written once
         try:
             sink = self._open_sink(result.schema)
@@ -219,7 +223,7 @@ class TableMaintainer:
         assert self.sink is not None
         columns = self._columns()
         visible = [c for c in columns if not c.startswith(HIDDEN)]
-        key = [visible[p] for p in self.plan.group_positions]
+        key = self._key()  # the GROUP BY columns
         groups = [f"{HIDDEN}g{i}" for i in range(len(key))]
         weight = F.col(WEIGHT)
         deltas = [F.sum(weight).alias("d_rows")]
@@ -274,7 +278,7 @@ class TableMaintainer:
         deletes = self._deletes(new.where(F.col(ROWS) <= 0), key)
         redo = kept.where(F.col("_recompute")).select(*key)
         if any(a.func in ("min", "max", "count_distinct") for a in self.plan.aggregates) and redo.limit(1).count():
-            self._bind({s: self.snapshot(s, v) for s, v in work.source_versions.items()})
+            self._bind_snapshots(work)
             fresh = self.spark.sql(self.plan.full_query)
             fresh = fresh.join(F.broadcast(redo), _same(fresh, redo, [(k, k) for k in key]), "left_semi")
             upserts = upserts.unionByName(fresh.select(*columns).withColumn(DELETE, F.lit(False)))
@@ -285,15 +289,4 @@ class TableMaintainer:
         if DELETE not in rows.columns:
             rows.write.format("delta").mode("append").save(self.sink.path)
             return
-        columns = self._columns()
-        key = self._key()
-        on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in key)
-        (
-            DeltaTable.forPath(self.spark, self.sink.path).alias("t")
-            .merge(rows.alias("s"), on)
-            .whenMatchedDelete(condition=f"s.`{DELETE}`")
-            .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in columns})
-            .whenNotMatchedInsert(condition=f"NOT s.`{DELETE}`", values={f"`{c}`": f"s.`{c}`" for c in columns})
-            .execute()
-        )
-
+        merge_by_key(self.spark, self.sink.path, rows, self._key(), self._columns(), DELETE, null_safe=True)
