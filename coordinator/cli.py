@@ -33,18 +33,15 @@ from coordinator.domain import (
 from coordinator.settings import Settings, SettingsError
 
 
-def is_loopback(settings: Settings) -> bool:
-    return settings.bootstrap_host in ("127.0.0.1", "localhost")
-
-
 def local_broker(settings: Settings) -> LocalBroker:
     """The broker ``lockstep dev`` manages: ``$LOCKSTEP_HOME/kafka`` on ``LOCKSTEP_BOOTSTRAP``'s port."""
-    if not is_loopback(settings):
+    broker = LocalBroker.for_settings(settings)
+    if broker is None:
         raise click.UsageError(
             f"LOCKSTEP_BOOTSTRAP={settings.bootstrap} is not on 127.0.0.1; the local broker only "
             "runs on loopback. Unset it or use 127.0.0.1:<port>."
         )
-    return LocalBroker(home=settings.home / "kafka", jars=settings.jars / "kafka", port=settings.bootstrap_port)
+    return broker
 
 
 def describe(status: BrokerStatus) -> str:
@@ -107,40 +104,99 @@ def status(settings: Settings) -> None:
 
 
 @cli.command()
-@click.option("--records", default=5000, show_default=True, type=click.IntRange(1), help="Records to produce.")
+@click.option("--seconds", default=60.0, show_default=True, type=click.FloatRange(min=1), help="How long to read.")
+@click.option("--rate", default=1000, show_default=True, type=click.IntRange(1), help="Purchases per second generated.")
+@click.option("--users", default=100, show_default=True, type=click.IntRange(1), help="Distinct users.")
+@click.option("--items", default=20, show_default=True, type=click.IntRange(1), help="Distinct items.")
+@click.option("--pipeline", "pipeline_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The pipeline to run (default: pipelines/shopping.sql).")
 @click.pass_obj
-def demo(settings: Settings, records: int) -> None:
-    """End-to-end smoke: broker -> Kafka topic -> Spark -> Delta -> read back, with counts.
+def demo(settings: Settings, seconds: float, rate: int, users: int, items: int, pipeline_file: Path | None) -> None:
+    """FLIP-276's shopping pipeline, live, read at every level.
 
-    With a loopback LOCKSTEP_BOOTSTRAP it starts the local broker if it is not running and
-    stops it afterwards (only if this command started it); otherwise it uses that cluster.
-    Exit 0 only if every produced record arrived in Delta.
+    Starts (or reuses) the local broker and a coordinator worker, runs pipelines/shopping.sql
+    (shopping -> user_item_amount = SUM(amount), user_item_price = SUM(price)), generates
+    purchases in which every item has a fixed unit price, and runs FLIP-276's join of the two
+    tables again and again at each read level. A row whose average price total_price /
+    total_amount is not the unit price is an anomaly: numbers that never existed. The view
+    shows reads, anomalies and staleness per level; at the end, a summary and the E2E delays.
+
+    Exit 0 only if read-committed and repeatable-read each read and saw zero anomalies; 1 if
+    they saw any (or never got to read); 2 if a part could not start; 130 on Ctrl-C. Whatever
+    the demo started, it stops.
     """
-    from spark_jobs.smoke import run_smoke
+    from spark_jobs.demo import SHOPPING, DemoError, DemoOptions, level_table, run_demo
 
-    broker = local_broker(settings) if is_loopback(settings) else None
-    started_here = broker is not None and broker.running_pid() is None
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    options = DemoOptions(seconds=seconds, rate=rate, users=users, items=items, pipeline=pipeline_file or SHOPPING)
     try:
-        if broker is None:
-            click.echo(f"using the Kafka cluster at {settings.bootstrap}")
-        else:
-            click.echo(("starting " if started_here else "reusing ") + f"local broker on {broker.bootstrap} ...")
-            broker.up()
-        result = run_smoke(settings, records=records, echo=click.echo)
-    except BrokerError as exc:
-        raise click.ClickException(str(exc)) from exc
-    finally:
-        if broker is not None and started_here:
-            broker.down()
-            click.echo("stopped the broker this demo started")
-    click.echo(
-        f"produced {result.produced} records (amount {result.produced_amount}); "
-        f"Delta table {result.table_path} v{result.delta_version} holds {result.delta_rows} rows "
-        f"(amount {result.delta_amount}) in {result.seconds:.1f}s"
-    )
+        result = run_demo(settings, options, say=lambda line: console.print(line, markup=False, highlight=False),
+                          console=console)
+    except (DemoError, BrokerError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    console.print(level_table(result.stats, title=f"summary: {result.seconds:.0f} s, {result.purchases:,} purchases"))
+    for table in delay_tables(result.delays, 1000) if result.delays else ():
+        console.print(table)
+    rc, rr, ru = (result.stats[level] for level in ("read-committed", "repeatable-read", "read-uncommitted"))
+    click.echo(f"read-uncommitted: {ru.anomalous_reads} of {ru.reads} reads returned numbers that never existed "
+               f"({ru.anomalous_rows} rows); allowed at that level")
+    if result.interrupted:
+        sys.exit(130)
     if not result.ok:
-        raise click.ClickException("the Delta table does not hold exactly the produced records")
-    click.echo("smoke OK")
+        click.echo(f"FAILED: read-committed {rc.anomalous_reads} of {rc.reads} reads and repeatable-read "
+                   f"{rr.anomalous_reads} of {rr.reads} reads had anomalies (both must read and see none)", err=True)
+        sys.exit(1)
+    click.echo(f"OK: read-committed ({rc.reads} reads) and repeatable-read ({rr.reads} reads) saw zero anomalies")
+
+
+@cli.group()
+def datagen() -> None:
+    """Generate input for a pipeline into Kafka."""
+
+
+@datagen.command("shopping")
+@click.option("--rate", default=1000, show_default=True, type=click.IntRange(1), help="Purchases per second.")
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), help="Stop after this long (default: until Ctrl-C).")
+@click.option("--users", default=100, show_default=True, type=click.IntRange(1), help="Distinct users.")
+@click.option("--items", default=20, show_default=True, type=click.IntRange(1), help="Distinct items.")
+@click.option("--topic", default="shopping_source", show_default=True, help="The topic pipelines/shopping.sql reads.")
+@click.option("--partitions", default=2, show_default=True, type=click.IntRange(1), help="Partitions if the topic is new.")
+@click.option("--seed", default=7, show_default=True, type=int, help="Random seed (same seed, same purchases).")
+@click.pass_obj
+def datagen_shopping(settings: Settings, rate: int, seconds: float | None, users: int, items: int, topic: str,
+                     partitions: int, seed: int) -> None:
+    """Produce FLIP-276 purchases {user_id, item_id, amount, price} at a steady rate.
+
+    Every item has a fixed unit price, 0.25 x (4 + item_id mod 37), and price = amount x unit
+    price, so in any consistent read total_price / total_amount of a (user, item) is the unit
+    price. Creates the topic if needed, reports progress every 5 s, and on Ctrl-C or SIGTERM
+    flushes and stops. Exit 1 if some purchases could not be delivered.
+
+    \b
+    lockstep datagen shopping --rate 10000 --seconds 60
+    """
+    import signal
+
+    from confluent_kafka import KafkaException
+
+    from spark_jobs.datagen import ShoppingGenerator, ensure_topic
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        if ensure_topic(settings, topic, partitions):
+            click.echo(f"created topic {topic} ({partitions} partitions)")
+        generator = ShoppingGenerator(settings, topic, rate, users, items, seed)
+    except KafkaException as exc:
+        click.echo(f"error: Kafka at {settings.bootstrap}: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"producing {rate:,} purchases/s to {topic} on {settings.bootstrap} (Ctrl-C stops)")
+    sent = generator.run(stop, seconds, progress=click.echo)
+    click.echo(f"sent {sent:,} purchases; {generator.failed} not delivered")
+    if generator.failed:
+        sys.exit(1)
 
 
 # -- coordinator ----------------------------------------------------------------------------------
@@ -161,6 +217,23 @@ def worker(web_port: int | None, loglevel: str) -> None:
     sys.argv = ["lockstep-worker", "worker", "--loglevel", loglevel,
                 "--web-host", app.conf.web_host, "--web-port", str(app.conf.web_port)]
     app.main()
+
+
+def delay_tables(body: dict[str, Any], last: int) -> list[Table]:
+    """The /delays report as two terminal tables: tables, then jobs with the bottleneck marked."""
+
+    def ms(value: int | None) -> str:
+        return "-" if value is None else f"{value / 1000:.2f} s"
+
+    tables = Table("table", "latest exact barrier", "lag (barriers)", "E2E p50", "E2E p99",
+                   title=f"tables (last {last} barriers)")
+    for name, t in body["tables"].items():
+        tables.add_row(name, str(t["latest_exact_barrier"] or "-"), str(t["lag_barriers"]),
+                       ms(t["e2e_p50_ms"]), ms(t["e2e_p99_ms"]))
+    jobs = Table("job", "sink", "own delay p50", "own delay p99", "")
+    for job, j in body["jobs"].items():
+        jobs.add_row(job, j["sink"], ms(j["own_p50_ms"]), ms(j["own_p99_ms"]), "bottleneck" if job == body["bottleneck"] else "")
+    return [tables, jobs]
 
 
 def print_outcome(outcome: CommandOutcome) -> None:
@@ -319,20 +392,8 @@ def delays(settings: Settings, last: int, fmt: str) -> None:
         click.echo(json.dumps(body, indent=2, sort_keys=True))
         return
 
-    def ms(value: int | None) -> str:
-        return "-" if value is None else f"{value / 1000:.2f} s"
-
-    tables = Table("table", "latest exact barrier", "lag (barriers)", "E2E p50", "E2E p99",
-                   title=f"tables (last {last} barriers)")
-    for name, t in body["tables"].items():
-        tables.add_row(name, str(t["latest_exact_barrier"] or "-"), str(t["lag_barriers"]),
-                       ms(t["e2e_p50_ms"]), ms(t["e2e_p99_ms"]))
-    jobs = Table("job", "sink", "own delay p50", "own delay p99", "")
-    for job, j in body["jobs"].items():
-        jobs.add_row(job, j["sink"], ms(j["own_p50_ms"]), ms(j["own_p99_ms"]), "bottleneck" if job == body["bottleneck"] else "")
-    console = Console()
-    console.print(tables)
-    console.print(jobs)
+    for table in delay_tables(body, last):
+        Console().print(table)
 
 
 @cli.group()

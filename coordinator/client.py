@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,41 +33,79 @@ def new_request_id() -> str:
     return f"req-{uuid.uuid4().hex[:16]}"
 
 
-def emit(settings: Settings, command: Command, timeout: float = 30.0) -> CommandOutcome:
-    """Produce ``command`` and wait for the coordinator's outcome for its request id."""
-    topics = Topics(settings.topic_prefix)
-    codec = default_codec()
-    consumer = Consumer(settings.kafka_config(**{"group.id": "lockstep-cli", "enable.auto.commit": False, "log_level": 3}))
-    try:
-        try:
-            _, high = consumer.get_watermark_offsets(TopicPartition(topics.outcomes, 0), timeout=10)
-        except KafkaException as exc:
-            raise Unreachable(
-                f"cannot read {topics.outcomes} on {settings.bootstrap} ({exc}); is the broker up "
-                "(lockstep dev up) and the coordinator started once (lockstep worker)?"
-            ) from exc
-        consumer.assign([TopicPartition(topics.outcomes, 0, high)])
-        producer = Producer(settings.kafka_config(**{"log_level": 3}))
-        producer.produce(topics.commands, key=command.request_id.encode(), value=codec.encode(command))
-        if producer.flush(10) != 0:
-            raise Unreachable(f"could not deliver the command to {topics.commands} on {settings.bootstrap}")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None or msg.key() != command.request_id.encode():
-                continue
+class CommandClient:
+    """Sends commands and waits for their outcomes over one producer and one outcomes consumer,
+    so a process that sends many (a repeatable-read lease per snapshot) connects once.
+    Thread-safe: one command at a time.
+
+    Example::
+
+        client = CommandClient(settings)
+        client.emit(AcquireLease(new_request_id(), "l1", "me", ("t",), 7, 30_000))
+        client.close()
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.topics = Topics(settings.topic_prefix)
+        self.codec = default_codec()
+        self._lock = threading.Lock()
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+
+    def _connect(self) -> tuple[Consumer, Producer]:
+        if self._consumer is None or self._producer is None:
+            consumer = Consumer(self.settings.kafka_config(**{"group.id": "lockstep-cli", "enable.auto.commit": False,
+                                                              "log_level": 3}))
             try:
-                outcome = codec.decode(msg.value())
-            except DecodeError:
-                continue
-            if isinstance(outcome, CommandOutcome):
-                return outcome
-        raise Unreachable(
-            f"no outcome for request {command.request_id} within {timeout:.0f}s: is the coordinator "
-            f"running (lockstep worker) against {settings.bootstrap}?"
-        )
+                _, high = consumer.get_watermark_offsets(TopicPartition(self.topics.outcomes, 0), timeout=10)
+            except KafkaException as exc:
+                consumer.close()
+                raise Unreachable(
+                    f"cannot read {self.topics.outcomes} on {self.settings.bootstrap} ({exc}); is the broker up "
+                    "(lockstep dev up) and the coordinator started once (lockstep worker)?"
+                ) from exc
+            consumer.assign([TopicPartition(self.topics.outcomes, 0, high)])
+            self._consumer, self._producer = consumer, Producer(self.settings.kafka_config(**{"log_level": 3}))
+        return self._consumer, self._producer
+
+    def emit(self, command: Command, timeout: float = 30.0) -> CommandOutcome:
+        """Produce ``command`` and wait for the coordinator's outcome for its request id."""
+        with self._lock:
+            consumer, producer = self._connect()
+            producer.produce(self.topics.commands, key=command.request_id.encode(), value=self.codec.encode(command))
+            if producer.flush(10) != 0:
+                raise Unreachable(f"could not deliver the command to {self.topics.commands} on {self.settings.bootstrap}")
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None or msg.error() is not None or msg.key() != command.request_id.encode():
+                    continue  # nothing yet, or another client's outcome
+                try:
+                    outcome = self.codec.decode(msg.value())
+                except DecodeError:
+                    continue
+                if isinstance(outcome, CommandOutcome):
+                    return outcome
+            raise Unreachable(
+                f"no outcome for request {command.request_id} within {timeout:.0f}s: is the coordinator "
+                f"running (lockstep worker) against {self.settings.bootstrap}?"
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+            self._consumer = self._producer = None
+
+
+def emit(settings: Settings, command: Command, timeout: float = 30.0) -> CommandOutcome:
+    """Send one command and wait for its outcome (a fresh connection; see CommandClient)."""
+    client = CommandClient(settings)
+    try:
+        return client.emit(command, timeout)
     finally:
-        consumer.close()
+        client.close()
 
 
 def get_json(settings: Settings, path: str, timeout: float = 10.0) -> Any:

@@ -34,7 +34,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
-from coordinator.client import Unreachable, emit, get_json, new_request_id
+from coordinator.client import CommandClient, Unreachable, get_json, new_request_id
 from coordinator.domain import AcquireLease, ReleaseLease
 from coordinator.domain.snapshot import LEVELS
 from coordinator.settings import Settings
@@ -42,6 +42,15 @@ from spark_jobs.lineage import is_meta_table, register_lineage_views
 from spark_jobs.pipeline import tables_read
 
 HIDDEN = "__lockstep_"
+_clients: dict[tuple[str, str], CommandClient] = {}
+
+
+def _client(settings: Settings) -> CommandClient:
+    """One command client per coordinator for this process: leases of many snapshots share it."""
+    key = (settings.bootstrap, settings.topic_prefix)
+    if key not in _clients:
+        _clients[key] = CommandClient(settings)
+    return _clients[key]
 
 
 class SnapshotError(RuntimeError):
@@ -70,6 +79,7 @@ class ConsistentSnapshot:
     level: str
     barrier: int | None
     versions: dict[str, int | None]
+    data_ts_ms: int | None = None  # when the barrier read was announced: now - data_ts_ms is its staleness
     lease_id: str | None = None
     lease_ttl_ms: int = 30_000
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -126,7 +136,7 @@ class ConsistentSnapshot:
     def _acquire(self) -> None:
         assert self.lease_id is not None and self.barrier is not None
         holder = f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}"
-        outcome = emit(self.settings, AcquireLease(new_request_id(), self.lease_id, holder, tuple(self.versions),
+        outcome = _client(self.settings).emit(AcquireLease(new_request_id(), self.lease_id, holder, tuple(self.versions),
                                                    self.barrier, self.lease_ttl_ms))
         if not outcome.accepted:
             raise SnapshotError(f"the coordinator refused the lease: {outcome.reason}")
@@ -137,7 +147,7 @@ class ConsistentSnapshot:
         if self._renewer is not None:
             self._renewer.join(10)
         if self.lease_id is not None:
-            emit(self.settings, ReleaseLease(new_request_id(), self.lease_id))
+            _client(self.settings).emit(ReleaseLease(new_request_id(), self.lease_id))
             self.lease_id = None
 
     def __enter__(self) -> ConsistentSnapshot:
@@ -178,7 +188,7 @@ def open_snapshot(
     if "error" in answer:
         raise SnapshotError(answer["error"])
     snapshot = ConsistentSnapshot(spark, settings, consistency, answer["barrier"], answer["versions"],
-                                  lease_ttl_ms=lease_ttl_ms)
+                                  answer.get("data_ts_ms"), lease_ttl_ms=lease_ttl_ms)
     if consistency == "repeatable-read" and as_of_barrier is None and as_of_timestamp is None:
         snapshot.lease_id = f"rr-{uuid.uuid4().hex[:12]}"
         snapshot._acquire()

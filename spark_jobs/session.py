@@ -35,6 +35,10 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "2g",
+    # Stopping a query while its foreachBatch runs makes Spark match a regex against the whole
+    # Python traceback (StreamExecution.isInterruptionException); with 1 MB thread stacks that
+    # overflows and prints thousands of lines. Deeper stacks let the stop end cleanly.
+    "spark.driver.extraJavaOptions": "-Xss32m",
     "spark.sql.session.timeZone": "UTC",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",

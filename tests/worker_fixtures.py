@@ -6,51 +6,23 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coordinator.client import Unreachable, get_json
+from coordinator.client import get_json
 from coordinator.dev.broker import free_port
+from coordinator.dev.worker import WorkerProcess
 from coordinator.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass
-class Worker:
-    """A real ``lockstep worker`` process."""
-
-    env: dict[str, str]
-    port: int
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 90.0) -> Worker:
-        out = open(self.log, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli", "worker", "--web-port", str(self.port)],
-            env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"worker exited:\n{self.log.read_text()[-3000:]}"
-            try:
-                if self.get("/health")["status"] == "ok":
-                    return self
-            except Unreachable:
-                pass  # not listening yet, or 503 while folding its state
-            time.sleep(0.3)
-        raise AssertionError(f"worker not healthy in {timeout}s:\n{self.log.read_text()[-3000:]}")
+class Worker(WorkerProcess):
+    """A real ``lockstep worker`` process, with the helpers tests need."""
 
     def get(self, path: str) -> Any:
         """GET JSON; 4xx answers return their JSON error body."""
@@ -60,15 +32,6 @@ class Worker:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 @pytest.fixture

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from coordinator.settings import Settings
+
 HOST = "127.0.0.1"
 MAIN_CLASS = "kafka.Kafka"
 
@@ -81,6 +83,14 @@ class LocalBroker:
         self.jars = Path(jars).absolute()
         self.port = port
         self.heap = heap
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> LocalBroker | None:
+        """The broker ``lockstep dev`` and ``lockstep demo`` manage: ``$LOCKSTEP_HOME/kafka`` on
+        LOCKSTEP_BOOTSTRAP's port; None if LOCKSTEP_BOOTSTRAP is not on loopback."""
+        if settings.bootstrap_host not in (HOST, "localhost"):
+            return None
+        return cls(home=settings.home / "kafka", jars=settings.jars / "kafka", port=settings.bootstrap_port)
 
     @property
     def bootstrap(self) -> str:

@@ -3,7 +3,7 @@
 >>> from coordinator.domain import BarrierCompleted, TableState, fold_all
 >>> s = fold_all([TableState("a", "root"), BarrierCompleted("j", "a", 3, 0, 7)])
 >>> resolve_snapshot(s, ["a"])
-Snapshot(barrier=3, versions={'a': 7})
+Snapshot(barrier=3, versions={'a': 7}, data_ts_ms=None)
 """
 
 from __future__ import annotations
@@ -19,8 +19,12 @@ LEVELS = ("read-committed", "read-uncommitted", "repeatable-read")
 
 @dataclass(frozen=True)
 class Snapshot:
+    """``data_ts_ms``: when the barrier whose data is read was announced (read-uncommitted: the
+    oldest of the tables' newest exact points), so ``now - data_ts_ms`` is the read's staleness."""
+
     barrier: int | None
     versions: dict[str, int | None]
+    data_ts_ms: int | None = None
 
 
 def resolve_snapshot(
@@ -54,10 +58,17 @@ def resolve_snapshot(
             if as_of_barrier not in points:
                 raise Rejected(f"table {t!r} has no exact point at barrier {as_of_barrier}")
             versions[t] = points[as_of_barrier]
-        return Snapshot(as_of_barrier, versions)
+        return Snapshot(as_of_barrier, versions, _announced_at(state, as_of_barrier))
     if level == "read-uncommitted":
-        return Snapshot(None, {t: None for t in tables})
+        newest = [state.latest_exact(t) for t in tables]
+        oldest = None if None in newest else min(b for b in newest if b is not None)
+        return Snapshot(None, {t: None for t in tables}, _announced_at(state, oldest))
     barrier = state.common_barrier(tables)
     if barrier is None:
         raise Rejected(f"tables {', '.join(tables)} have no common exact point yet")
-    return Snapshot(barrier, {t: state.exact_points(t)[barrier] for t in tables})
+    return Snapshot(barrier, {t: state.exact_points(t)[barrier] for t in tables}, _announced_at(state, barrier))
+
+
+def _announced_at(state: MetaState, barrier: int | None) -> int | None:
+    announced = state.barriers.get(barrier) if barrier is not None else None
+    return announced.ts_ms if announced is not None else None

@@ -1,7 +1,8 @@
 """Consistent reads over FLIP-276's shopping topology while it runs.
 
 Every item has a fixed unit price, so in any consistent snapshot total_price / total_amount
-equals the unit price for every (user, item); a row where it does not is an anomaly.
+equals the unit price for every (user, item); a row where it does not is an anomaly
+(``spark_jobs.probes``, the same reads ``lockstep demo`` runs).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import random
 import subprocess
 import sys
@@ -23,6 +25,8 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
+from spark_jobs.datagen import unit_price
+from spark_jobs.probes import FLIP_JOIN, Prober
 from spark_jobs.reads import CoordinatorUnreachable, SnapshotError, open_snapshot
 from tests.spark_jobs.barriers import read_state, wait_for_barrier
 from tests.worker_fixtures import ROOT
@@ -30,16 +34,18 @@ from tests.worker_fixtures import ROOT
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SHOPPING = (ROOT / "pipelines" / "shopping.sql").read_text().replace("shopping_source", "{topic}")
-UNIT_PRICE = {item: 1.5 + item for item in range(5)}
 # FLIP-276's lineage example: the sink tables of the jobs that read a table
 FLIP_LINEAGE = ("SELECT T.table_name FROM __META_ETL_SINK AS T JOIN __META_ETL_SOURCE AS S ON T.job_id = S.job_id "
                 "WHERE S.table_name = 'shopping'")
-JOIN = ("SELECT a.user_id, a.item_id, a.total_amount, p.total_price FROM user_item_amount a "
-        "JOIN user_item_price p ON a.user_id = p.user_id AND a.item_id = p.item_id")
+# read-committed and repeatable-read reads each; about 1 s per pair on this machine, so the suite
+# does 250 and a longer run sets LOCKSTEP_TEST_READS=1000
+READS = int(os.environ.get("LOCKSTEP_TEST_READS", "250"))
 
 
-def anomalies(rows: list) -> int:
-    return sum(1 for r in rows if abs(r["total_price"] / r["total_amount"] - UNIT_PRICE[r["item_id"]]) > 1e-6)
+@pytest.fixture
+def coordinator_env(coordinator_env: dict[str, str]) -> dict[str, str]:
+    """The default 1 s barrier interval: versions change about once a second, as in production."""
+    return {**coordinator_env, "LOCKSTEP_BARRIER_INTERVAL_MS": "1000"}
 
 
 class Shoppers(threading.Thread):
@@ -54,7 +60,7 @@ class Shoppers(threading.Thread):
     def buy(self, n: int) -> None:
         for _ in range(n):
             item, amount = self.rng.randrange(5), self.rng.randrange(1, 4)
-            record = {"user_id": self.rng.randrange(4), "item_id": item, "amount": amount, "price": amount * UNIT_PRICE[item]}
+            record = {"user_id": self.rng.randrange(4), "item_id": item, "amount": amount, "price": amount * unit_price(item)}
             self.producer.produce(self.topic, json.dumps(record).encode(),
                                   on_delivery=lambda err, msg, r=record: self.sent.append((msg.offset(), r)))
         self.producer.flush(10)
@@ -76,30 +82,36 @@ def test_consistent_reads_while_the_pipeline_runs(
     wait_for_barrier(settings, ["user_item_amount", "user_item_price"], {0: 50}, topic)
     shoppers.start()
     try:
-        seen = {"read-committed": 0, "repeatable-read": 0, "read-uncommitted": 0}
-        barriers: dict[str, set] = defaultdict(set)
-        for _ in range(12):
-            for level in seen:
-                with open_snapshot(spark, ["user_item_amount", "user_item_price"], level, settings=settings) as snap:
-                    seen[level] += anomalies(snap.sql(JOIN).collect())
-                    barriers[level].add(snap.barrier)
-
+        # thousands of reads while writers commit; Spark evaluates the join once per set of versions
+        prober = Prober(spark, settings, memo=True)
+        deadline = time.monotonic() + 60 + 1.5 * READS
+        while min(prober.stats[level].reads for level in ("read-committed", "repeatable-read")) < READS:
+            assert time.monotonic() < deadline, {level: s.reads for level, s in prober.stats.items()}
+            prober.read("read-committed")
+            prober.read("repeatable-read")
+            if prober.stats["read-committed"].reads % 20 == 0:
+                prober.read("read-uncommitted")
+        stats = prober.stats
         # repeatable read: the same answer while writers move on; its lease is visible, then gone
         with open_snapshot(spark, ["user_item_amount", "user_item_price"], "repeatable-read", settings=settings) as snap:
-            first = sorted(tuple(r) for r in snap.sql(JOIN).collect())
+            first = sorted(tuple(r) for r in snap.sql(FLIP_JOIN).collect())
             lease = read_state(settings).leases[snap.lease_id]
             assert lease.barrier == snap.barrier
             assert {v.table: v.version for v in lease.versions} == snap.versions
             wait_for_barrier(settings, ["user_item_amount"], {0: len(shoppers.sent) + 1}, topic)
-            assert sorted(tuple(r) for r in snap.sql(JOIN).collect()) == first
+            assert sorted(tuple(r) for r in snap.sql(FLIP_JOIN).collect()) == first
             lease_id = snap.lease_id
         assert lease_id not in read_state(settings).leases
     finally:
         shoppers.halt.set()
         shoppers.join(10)
-    assert seen["read-committed"] == 0 and seen["repeatable-read"] == 0, seen
-    assert len(barriers["read-committed"]) > 1  # reads really spanned several barriers
-    print(f"anomalies per level over 12 reads each: {seen}")
+    report = {level: (s.reads, s.anomalous_reads, s.anomalous_rows) for level, s in stats.items()}
+    print(f"(reads, reads with anomalies, anomalous rows) per level: {report}; "
+          f"{prober.evaluated} joins evaluated by Spark, the rest were the same versions again")
+    assert stats["read-committed"].anomalous_reads == 0 and stats["repeatable-read"].anomalous_reads == 0, report
+    assert stats["read-committed"].rows > 0 and stats["read-uncommitted"].reads >= READS // 20
+    assert len(stats["read-committed"].barriers) > 10  # the reads really spanned many barriers
+    assert prober.evaluated > 20
 
     # as of an old barrier: equals plain Python over the records up to that barrier's cut
     state = read_state(settings)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.dev.broker import HOST, LocalBroker, free_port, process_alive
+from coordinator.settings import Settings
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -73,3 +74,9 @@ def test_missing_jars_say_how_to_fix(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "scripts/setup" in result.stderr
+
+
+def test_the_managed_broker_follows_the_settings(tmp_path: Path) -> None:
+    broker = LocalBroker.for_settings(Settings(bootstrap="127.0.0.1:19999", home=tmp_path, jars=tmp_path / "jars"))
+    assert broker is not None and broker.port == 19999 and broker.home == (tmp_path / "kafka").absolute()
+    assert LocalBroker.for_settings(Settings(bootstrap="kafka.example:9092")) is None

@@ -24,17 +24,21 @@ def state(make_state: Callable[..., MetaState]) -> MetaState:
 
 
 def test_read_committed_picks_the_newest_common_exact_point(state: MetaState) -> None:
-    assert resolve_snapshot(state, ["shopping", "user_item_amount"]) == Snapshot(2, {"shopping": 20, "user_item_amount": 2})
-    assert resolve_snapshot(state, ["shopping"], "repeatable-read") == Snapshot(3, {"shopping": 30})
+    both = resolve_snapshot(state, ["shopping", "user_item_amount"])
+    assert both == Snapshot(2, {"shopping": 20, "user_item_amount": 2}, 2_000)
+    assert resolve_snapshot(state, ["shopping"], "repeatable-read") == Snapshot(3, {"shopping": 30}, 3_000)
 
 
 def test_as_of_barrier_and_timestamp(state: MetaState) -> None:
-    assert resolve_snapshot(state, ["shopping"], as_of_barrier=1) == Snapshot(1, {"shopping": 10})
-    assert resolve_snapshot(state, ["shopping"], as_of_timestamp=2_500) == Snapshot(2, {"shopping": 20})
+    assert resolve_snapshot(state, ["shopping"], as_of_barrier=1) == Snapshot(1, {"shopping": 10}, 1_000)
+    assert resolve_snapshot(state, ["shopping"], as_of_timestamp=2_500) == Snapshot(2, {"shopping": 20}, 2_000)
 
 
 def test_read_uncommitted_leaves_versions_to_the_reader(state: MetaState) -> None:
     assert resolve_snapshot(state, ["user_item_price"], "read-uncommitted") == Snapshot(None, {"user_item_price": None})
+    # its data is at least as fresh as the oldest of the tables' newest exact points
+    both = resolve_snapshot(state, ["shopping", "user_item_amount"], "read-uncommitted")
+    assert both == Snapshot(None, {"shopping": None, "user_item_amount": None}, 2_000)
 
 
 @pytest.mark.parametrize(

@@ -195,8 +195,10 @@ def test_lease_over_http_snapshot_and_expiry(
     producer.flush(10)
     wait_until(lambda: worker.get("/tables/t")["exact_points"] == {"1": 7}, 10, "the exact point")
 
-    assert worker.get("/snapshot?tables=t&as_of_barrier=1") == {"barrier": 1, "versions": {"t": 7}}
-    assert worker.get("/snapshot?tables=t") == {"barrier": 1, "versions": {"t": 7}}
+    announced = worker.get("/barriers?from=1&limit=1")[0]["ts_ms"]
+    expected = {"barrier": 1, "versions": {"t": 7}, "data_ts_ms": announced}
+    assert worker.get("/snapshot?tables=t&as_of_barrier=1") == expected
+    assert worker.get("/snapshot?tables=t") == expected
     assert "unknown table(s): nope" in worker.get("/snapshot?tables=nope")["error"]
 
     lease = lockstep_cli("emit", "acquire-lease", "l1", "--holder", "me", "--tables", "t", "--barrier", "1", "--ttl-ms", "1500")

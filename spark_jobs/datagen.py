@@ -1,0 +1,114 @@
+"""Synthetic purchases for FLIP-276's shopping pipeline, produced to Kafka at a steady rate.
+
+Every item has a fixed unit price and a purchase of ``amount`` pieces costs exactly
+``amount * unit_price(item)``, so in any consistent snapshot of ``user_item_amount`` and
+``user_item_price`` the average price ``total_price / total_amount`` of every (user, item) is
+the unit price. Unit prices are multiples of 0.25, so the sums are exact in floating point.
+
+Example::
+
+    gen = ShoppingGenerator(settings, topic="shopping_source", rate=2000)
+    gen.run(stop_event, seconds=10, progress=print)   # then gen.sent == ~20000
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from coordinator.settings import Settings
+
+
+def unit_price(item_id: int) -> float:
+    """The fixed price of one piece of ``item_id``.
+
+    >>> unit_price(0), unit_price(5)
+    (1.0, 2.25)
+    """
+    return 0.25 * (4 + item_id % 37)
+
+
+def ensure_topic(settings: Settings, topic: str, partitions: int) -> bool:
+    """Create ``topic`` if it does not exist; True if this call created it."""
+    admin = AdminClient(settings.kafka_config())
+    if topic in admin.list_topics(timeout=10).topics:
+        return False
+    try:
+        admin.create_topics([NewTopic(topic, partitions, settings.replication_factor)])[topic].result(timeout=30)
+    except KafkaException as exc:
+        if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            raise
+        return False
+    return True
+
+
+@dataclass
+class ShoppingGenerator:
+    """Produces JSON purchases ``{user_id, item_id, amount, price}`` keyed by user."""
+
+    settings: Settings
+    topic: str = "shopping_source"
+    rate: int = 1000
+    users: int = 100
+    items: int = 20
+    seed: int = 7
+    sent: int = 0
+    failed: int = 0
+    rng: random.Random = field(init=False)
+    producer: Producer = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.rate < 1 or self.users < 1 or self.items < 1:
+            raise ValueError("rate, users and items must be at least 1")
+        self.rng = random.Random(self.seed)
+        self.producer = Producer(self.settings.kafka_config(**{"linger.ms": 20, "compression.type": "lz4"}))
+
+    def purchase(self) -> dict[str, int | float]:
+        item, amount = self.rng.randrange(self.items), self.rng.randrange(1, 6)
+        return {"user_id": self.rng.randrange(self.users), "item_id": item, "amount": amount,
+                "price": amount * unit_price(item)}
+
+    def _delivered(self, error: object, _message: object) -> None:
+        if error is not None:
+            self.failed += 1
+
+    def _produce(self) -> None:
+        record = self.purchase()
+        value = json.dumps(record).encode()
+        while True:
+            try:
+                self.producer.produce(self.topic, value, key=str(record["user_id"]).encode(), on_delivery=self._delivered)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain
+                self.producer.poll(0.05)
+        self.sent += 1
+
+    def run(self, stop: threading.Event, seconds: float | None = None,
+            progress: Callable[[str], None] | None = None, every: float = 5.0) -> int:
+        """Produce at ``rate`` records/s until ``stop`` is set or ``seconds`` pass; flush; return
+        the number sent. If the machine cannot keep up, the rate reported by ``progress`` says so."""
+        started = time.monotonic()
+        next_report = started + every
+        while not stop.is_set():
+            now = time.monotonic()
+            elapsed = now - started
+            if seconds is not None and elapsed >= seconds:
+                break
+            due = min(int(elapsed * self.rate) - self.sent, self.rate)  # at most a second's worth per step
+            for _ in range(max(due, 0)):
+                self._produce()
+            self.producer.poll(0)
+            if progress is not None and now >= next_report:
+                progress(f"sent {self.sent:,} purchases to {self.topic} ({self.sent / elapsed:,.0f}/s, target {self.rate:,}/s)")
+                next_report += every
+            time.sleep(0.01)
+        left = self.producer.flush(30)
+        self.failed += left
+        return self.sent

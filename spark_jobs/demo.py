@@ -1,0 +1,252 @@
+"""``lockstep demo``: FLIP-276's shopping pipeline running, read at every level, live.
+
+It starts (or reuses) the local broker and a coordinator worker, registers and runs
+``pipelines/shopping.sql``, runs ``lockstep datagen shopping`` as a child process, and reads
+FLIP-276's join again and again at each read level (``spark_jobs.probes``). Whatever it
+started, it stops, also on Ctrl-C.
+
+Example::
+
+    result = run_demo(settings, DemoOptions(seconds=30, rate=2000), say=print)
+    result.ok    # True if read-committed and repeatable-read read and saw no anomaly
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from confluent_kafka import Consumer, TopicPartition
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from coordinator.client import get_json
+from coordinator.dev.broker import LocalBroker, port_in_use, topic_count
+from coordinator.dev.worker import WorkerProcess, healthy
+from coordinator.settings import Settings
+from spark_jobs.datagen import ensure_topic
+from spark_jobs.probes import LEVELS, LevelStats, Prober
+from spark_jobs.reads import CoordinatorUnreachable
+
+SHOPPING = Path(__file__).resolve().parents[1] / "pipelines" / "shopping.sql"
+
+
+class DemoError(RuntimeError):
+    """The demo could not start a part it needs; the message says which and how to fix it."""
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    seconds: float = 60.0
+    rate: int = 1000
+    users: int = 100
+    items: int = 20
+    pipeline: Path = SHOPPING
+
+
+@dataclass
+class DemoResult:
+    stats: dict[str, LevelStats]
+    delays: dict[str, Any] = field(default_factory=dict)
+    purchases: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Read-committed and repeatable-read each read at least once and never saw an anomaly."""
+        consistent = [self.stats[level] for level in ("read-committed", "repeatable-read")]
+        return all(s.reads > 0 and s.anomalous_reads == 0 for s in consistent)
+
+
+def level_table(stats: dict[str, LevelStats], title: str = "reads of FLIP-276's join") -> Table:
+    """Per read level: reads, reads with anomalies, anomalous rows, staleness."""
+    table = Table("level", "reads", "reads with anomalies", "anomalous rows", "staleness p50", "staleness p99",
+                  "newest barrier", title=title)
+    for level, s in stats.items():
+        bad = f"[red]{s.anomalous_reads}[/]" if s.anomalous_reads else "[green]0[/]"
+        p50, p99 = s.staleness(0.5), s.staleness(0.99)
+        table.add_row(level, str(s.reads), bad, str(s.anomalous_rows),
+                      "-" if p50 is None else f"{p50 / 1000:.2f} s", "-" if p99 is None else f"{p99 / 1000:.2f} s",
+                      str(max(s.barriers)) if s.barriers else "-")
+    return table
+
+
+def _topic_size(consumer: Consumer, topic: str) -> int:
+    metadata = consumer.list_topics(topic, timeout=5).topics.get(topic)
+    if metadata is None:
+        return 0
+    return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)[1]
+               for p in metadata.partitions)
+
+
+@contextmanager
+def _broker(settings: Settings, say: Callable[[str], None]) -> Iterator[None]:
+    broker = LocalBroker.for_settings(settings)
+    if broker is None or (broker.running_pid() is None and port_in_use(broker.port) and _answers(settings.bootstrap)):
+        say(f"using the Kafka broker at {settings.bootstrap}")
+        yield
+        return
+    started = broker.running_pid() is None
+    say(("starting" if started else "reusing") + f" the local broker on {broker.bootstrap} ...")
+    broker.up()
+    try:
+        yield
+    finally:
+        if started:
+            broker.down()
+            say("stopped the broker this demo started")
+
+
+def _answers(bootstrap: str) -> bool:
+    try:
+        topic_count(bootstrap)
+        return True
+    except Exception:  # noqa: BLE001 - anything but an answer: not a Kafka broker we can use
+        return False
+
+
+@contextmanager
+def _coordinator(settings: Settings, say: Callable[[str], None]) -> Iterator[None]:
+    url = urlparse(settings.coordinator_url)
+    if healthy(settings.coordinator_url):
+        say(f"reusing the coordinator at {settings.coordinator_url}")
+        yield
+        return
+    if url.hostname not in ("127.0.0.1", "localhost") or url.port is None:
+        raise DemoError(f"no coordinator answers at LOCKSTEP_COORDINATOR_URL={settings.coordinator_url} and the demo only "
+                        "starts one on 127.0.0.1:<port>; start it there with `lockstep worker`, or unset the variable")
+    env = {**os.environ, "LOCKSTEP_BOOTSTRAP": settings.bootstrap, "LOCKSTEP_HOME": str(settings.home),
+           "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix, "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url}
+    worker = WorkerProcess(env, url.port, settings.home / "logs" / "worker.log")
+    say(f"starting a coordinator worker on {worker.url} (log {worker.log}) ...")
+    try:
+        worker.start()
+    except RuntimeError as exc:
+        raise DemoError(str(exc)) from exc
+    try:
+        yield
+    finally:
+        worker.stop()
+        say("stopped the coordinator worker this demo started")
+
+
+@contextmanager
+def _generator(settings: Settings, topic: str, options: DemoOptions, say: Callable[[str], None]) -> Iterator[None]:
+    log = settings.home / "logs" / "datagen.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "coordinator.cli", "datagen", "shopping", "--rate", str(options.rate),
+               "--users", str(options.users), "--items", str(options.items), "--topic", topic]
+    with open(log, "ab") as out:
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                 env={**os.environ, "LOCKSTEP_BOOTSTRAP": settings.bootstrap})
+    say(f"generating {options.rate:,} purchases/s into {topic} (log {log})")
+    try:
+        yield
+    finally:
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(10)
+
+
+def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None] = print,
+             console: Console | None = None) -> DemoResult:
+    """Run the demo for ``options.seconds`` (Ctrl-C ends it early; the result says so)."""
+    from spark_jobs.pipeline import load_pipeline
+    from spark_jobs.runner import Supervisor, register_pipeline
+    from spark_jobs.session import build_session
+
+    console = console or Console()
+    pipeline = load_pipeline(options.pipeline)
+    missing = [t for t in ("user_item_amount", "user_item_price") if t not in {d.name for d in pipeline.derived}]
+    if missing or len(pipeline.roots) != 1:
+        raise DemoError(f"{options.pipeline} must define one root table and user_item_amount, user_item_price "
+                        "(FLIP-276's shopping pipeline)")
+    topic = pipeline.roots[0].topic
+    result = DemoResult({level: LevelStats() for level in LEVELS})
+    started = time.monotonic()
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(_broker(settings, say))
+            stack.enter_context(_coordinator(settings, say))
+            if ensure_topic(settings, topic, partitions=2):
+                say(f"created topic {topic} (2 partitions)")
+            register_pipeline(settings, pipeline)
+            say(f"registered {options.pipeline.name}: " + ", ".join(f"{j.job_id} -> {j.sink}" for j in pipeline.jobs))
+            os.environ.setdefault("LOCKSTEP_SPARK_LOG_LEVEL", "ERROR")  # keep the live view readable
+            spark = build_session("lockstep-demo", settings=settings)
+            stack.callback(spark.stop)
+            supervisor = Supervisor(spark, pipeline, settings, report=say)
+            stack.callback(supervisor.stop)
+            supervisor.start()
+            stack.enter_context(_generator(settings, topic, options, say))
+            consumer = Consumer(settings.kafka_config(**{"group.id": "lockstep-demo-sizes"}))
+            stack.callback(consumer.close)
+            prober = Prober(spark, settings)
+            result.stats = prober.stats
+            started = time.monotonic()
+            _read_until(options, prober, supervisor, lambda: _topic_size(consumer, topic), result, console, say)
+        except KeyboardInterrupt:
+            result.interrupted = True
+            say("interrupted: stopping what the demo started ...")
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish
+        finally:
+            result.seconds = time.monotonic() - started
+            try:
+                result.delays = get_json(settings, "/delays?last=1000")
+            except Exception:  # noqa: BLE001 - the summary says the figures are missing
+                result.delays = {}
+    return result
+
+
+def _read_until(options: DemoOptions, prober: Prober, supervisor: Any, purchases: Callable[[], int],
+                result: DemoResult, console: Console, say: Callable[[str], None]) -> None:
+    """Round-robin reads at each level until the time is up, refreshing the view."""
+    started = time.monotonic()
+    deadline = started + options.seconds
+    last_print = started
+
+    def view() -> Group:
+        elapsed = time.monotonic() - started
+        header = Text(f"FLIP-276 shopping demo: {elapsed:4.0f} s / {options.seconds:.0f} s, "
+                      f"{result.purchases:,} purchases in Kafka ({result.purchases / max(elapsed, 1):,.0f}/s)")
+        waiting = prober.stats["read-committed"]
+        note = Text(f"waiting for the first barrier every table completed: {waiting.last_error}", style="yellow") \
+            if waiting.reads == 0 and waiting.last_error else Text("average price must equal the unit price "
+                                                                   "in every row; a row where it does not is an anomaly")
+        return Group(header, level_table(prober.stats), note)
+
+    live = Live(view(), console=console, refresh_per_second=2, transient=False) if console.is_terminal else None
+    with live or nullcontext():
+        level = 0
+        while time.monotonic() < deadline:
+            try:
+                if not prober.read(LEVELS[level % len(LEVELS)]):
+                    time.sleep(0.2)  # no snapshot possible yet
+            except CoordinatorUnreachable as exc:
+                say(f"read failed, retrying: {exc}")
+                time.sleep(1)
+            level += 1
+            supervisor.poll()
+            result.purchases = purchases()
+            if live is not None:
+                live.update(view())
+            elif time.monotonic() - last_print >= 10:
+                last_print = time.monotonic()
+                say(f"{last_print - started:.0f}s: " + "; ".join(
+                    f"{name} {s.reads} reads, {s.anomalous_reads} with anomalies" for name, s in prober.stats.items()))
+
