@@ -1,6 +1,6 @@
-"""Coordinator benchmarks: fold throughput, replay of 1M events, /snapshot latency.
+"""Coordinator benchmarks: fold throughput, replay of 1M events, /snapshot latency, command round trip.
 
-Usage: python -m bench.coordinator {fold,replay,snapshot} [--events N]
+Usage: python -m bench.coordinator {fold,replay,snapshot,commands} [--events N] [--requests N]
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -124,19 +126,21 @@ def bench_replay(n: int) -> None:
             broker.down()
 
 
-def bench_snapshot(requests: int) -> None:
+@contextmanager
+def running_worker() -> Iterator[tuple[Settings, str]]:
+    """A local broker and one coordinator worker in a temporary home: (settings, REST base URL)."""
     from coordinator.dev.broker import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         broker = start_broker(Path(tmp))
         port = free_port()
+        base = f"http://127.0.0.1:{port}"
         env = {**os.environ, "LOCKSTEP_BOOTSTRAP": broker.bootstrap, "LOCKSTEP_HOME": tmp,
-               "LOCKSTEP_TOPIC_PREFIX": "bench", "LOCKSTEP_COORDINATOR_URL": f"http://127.0.0.1:{port}"}
+               "LOCKSTEP_TOPIC_PREFIX": "bench", "LOCKSTEP_COORDINATOR_URL": base}
         log = open(Path(tmp) / "worker.log", "wb")
         worker = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "worker", "--loglevel", "warn"],
                                   env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
-            base = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 60
             while True:
                 try:
@@ -146,54 +150,102 @@ def bench_snapshot(requests: int) -> None:
                     if worker.poll() is not None or time.monotonic() > deadline:
                         raise SystemExit(f"worker did not start:\n{(Path(tmp) / 'worker.log').read_text()[-3000:]}") from exc
                     time.sleep(0.3)
-            # 20 tables x 500 barriers of completions, written as a job would.
-            from confluent_kafka import Producer
-
-            codec = default_codec()
-            producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20})
-            evs = events(10_040)
-            for e in evs:
-                topic = {TableState: "bench.registry", JobState: "bench.registry",
-                         BarrierAnnounced: "bench.barriers", BarrierCompleted: "bench.completions"}[type(e)]
-                if isinstance(e, BarrierAnnounced):
-                    continue  # the worker's own clock announces barriers
-                producer.produce(topic, key=entity_key(e).encode(), value=codec.encode(e))
-            producer.flush(30)
-            time.sleep(3)
-            tables = ",".join(f"t{i}" for i in range(5))
-
-            def timed(path: str) -> list[float]:
-                out = []
-                for _ in range(requests):
-                    t0 = time.perf_counter()
-                    urllib.request.urlopen(base + path, timeout=5).read()
-                    out.append((time.perf_counter() - t0) * 1000)
-                return sorted(out)
-
-            health = timed("/health")
-            snap = timed(f"/snapshot?tables={tables}")
-
-            def pct(xs: list[float], p: float) -> float:
-                return xs[min(len(xs) - 1, int(p * len(xs)))]
-
-            print(f"{requests} requests each, state of {len(evs)} events (5 of 20 tables per snapshot)")
-            print(f"/health   p50 {pct(health, .5):6.2f} ms  p99 {pct(health, .99):6.2f} ms")
-            print(f"/snapshot p50 {pct(snap, .5):6.2f} ms  p99 {pct(snap, .99):6.2f} ms  "
-                  f"(p50 ratio to /health {statistics.median(snap) / statistics.median(health):.2f})")
+            yield Settings.from_env(env), base
         finally:
             worker.terminate()
             worker.wait(20)
             broker.down()
 
 
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def bench_commands(requests: int) -> None:
+    """Command round trip (AcquireLease, then ReleaseLease, each waiting for its outcome) against a
+    baseline of one Kafka hop: produce a record and read it back with the same client library."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from coordinator.client import CommandClient, new_request_id
+    from coordinator.domain import AcquireLease, ReleaseLease
+
+    with running_worker() as (settings, _):
+        admin = AdminClient(settings.kafka_config())
+        admin.create_topics([NewTopic("bench.echo", 1, 1)])["bench.echo"].result(30)
+        producer = Producer(settings.kafka_config(**{"linger.ms": 0}))
+        consumer = Consumer(settings.kafka_config(**{"group.id": "bench-echo", "log_level": 3}))
+        producer.produce("bench.echo", b"warm-up")
+        producer.flush(10)
+        consumer.assign([TopicPartition("bench.echo", 0, 1)])
+        hop = []
+        for i in range(requests):
+            t0 = time.perf_counter()
+            producer.produce("bench.echo", str(i).encode())
+            producer.flush(10)
+            while consumer.poll(5) is None:
+                pass
+            hop.append((time.perf_counter() - t0) * 1000)
+        client = CommandClient(settings)
+        acquire, release = [], []
+        for i in range(requests):
+            t0 = time.perf_counter()
+            client.emit(AcquireLease(new_request_id(), f"bench-{i}", "bench", (), 0, 30_000))
+            t1 = time.perf_counter()
+            client.emit(ReleaseLease(new_request_id(), f"bench-{i}"))
+            acquire.append((t1 - t0) * 1000)
+            release.append((time.perf_counter() - t1) * 1000)
+        client.close()
+        consumer.close()
+        print(f"{requests} of each")
+        print(f"one Kafka hop (produce, read back)  p50 {pct(hop, .5):7.2f} ms  p99 {pct(hop, .99):7.2f} ms")
+        for name, xs in (("AcquireLease round trip", acquire), ("ReleaseLease round trip", release)):
+            print(f"{name:35s} p50 {pct(xs, .5):7.2f} ms  p99 {pct(xs, .99):7.2f} ms  "
+                  f"(p50 ratio to one hop {statistics.median(xs) / statistics.median(hop):.1f})")
+
+
+def bench_snapshot(requests: int) -> None:
+    """/snapshot latency against /health on the same worker, 20 tables x 500 barriers of completions."""
+    from confluent_kafka import Producer
+
+    with running_worker() as (settings, base):
+        codec = default_codec()
+        producer = Producer({"bootstrap.servers": settings.bootstrap, "linger.ms": 20})
+        evs = events(10_040)
+        for e in evs:
+            if isinstance(e, BarrierAnnounced):
+                continue  # the worker's own clock announces barriers
+            topic = {TableState: "bench.registry", JobState: "bench.registry", BarrierCompleted: "bench.completions"}[type(e)]
+            producer.produce(topic, key=entity_key(e).encode(), value=codec.encode(e))
+        producer.flush(30)
+        time.sleep(3)
+        tables = ",".join(f"t{i}" for i in range(5))
+
+        def timed(path: str) -> list[float]:
+            out = []
+            for _ in range(requests):
+                t0 = time.perf_counter()
+                urllib.request.urlopen(base + path, timeout=5).read()
+                out.append((time.perf_counter() - t0) * 1000)
+            return out
+
+        health = timed("/health")
+        snap = timed(f"/snapshot?tables={tables}")
+        print(f"{requests} requests each, state of {len(evs)} events (5 of 20 tables per snapshot)")
+        print(f"/health   p50 {pct(health, .5):6.2f} ms  p99 {pct(health, .99):6.2f} ms")
+        print(f"/snapshot p50 {pct(snap, .5):6.2f} ms  p99 {pct(snap, .99):6.2f} ms  "
+              f"(p50 ratio to /health {statistics.median(snap) / statistics.median(health):.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["fold", "replay", "snapshot"])
+    parser.add_argument("which", choices=["fold", "replay", "snapshot", "commands"])
     parser.add_argument("--events", type=int, default=1_000_000, help="events for fold/replay (default 1,000,000)")
-    parser.add_argument("--requests", type=int, default=2000, help="requests for snapshot (default 2000)")
+    parser.add_argument("--requests", type=int, default=2000, help="requests for snapshot (default 2000) and commands")
     args = parser.parse_args()
     {"fold": lambda: bench_fold(args.events), "replay": lambda: bench_replay(args.events),
-     "snapshot": lambda: bench_snapshot(args.requests)}[args.which]()
+     "snapshot": lambda: bench_snapshot(args.requests), "commands": lambda: bench_commands(args.requests)}[args.which]()
 
 
 if __name__ == "__main__":

@@ -75,12 +75,12 @@ class Prober:
         stats = self.stats[level]
         try:
             with open_snapshot(self.spark, TABLES, level, settings=self.settings) as snap:
-                key = tuple(sorted(snap.versions.items()))
-                rows = self._memo.get(key) if self.memo and None not in snap.versions.values() else None
+                key = tuple(sorted(snap.versions.items())) if self.memo and None not in snap.versions.values() else None
+                rows = self._memo.get(key) if key is not None else None
                 if rows is None:
                     rows = [r.asDict() for r in snap.sql(FLIP_JOIN).collect()]
                     self.evaluated += 1
-                    if self.memo and None not in snap.versions.values():
+                    if key is not None:
                         self._memo[key] = rows
                 if snap.data_ts_ms is not None:
                     stats.staleness_ms.append(int(time.time() * 1000) - snap.data_ts_ms)

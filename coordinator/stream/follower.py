@@ -66,8 +66,13 @@ class StateReader:
         self.probe.close()
 
     def step(self, timeout: float = 0.2, max_records: int = 5000) -> int:
-        """Fold what is available now; returns how many records were read."""
-        messages = self.consumer.consume(max_records, timeout)
+        """Fold what is available now, waiting up to ``timeout`` for the first record; returns how
+        many records were read. (``Consumer.consume(n, timeout)`` would wait the whole timeout
+        unless n records came, adding that wait to every command the coordinator decides.)"""
+        first = self.consumer.poll(timeout)
+        if first is None:
+            return 0
+        messages = [first, *self.consumer.consume(max_records - 1, 0)]
         with self.lock:
             for msg in messages:
                 self._apply(msg)

@@ -37,9 +37,9 @@ SHOPPING = (ROOT / "pipelines" / "shopping.sql").read_text().replace("shopping_s
 # FLIP-276's lineage example: the sink tables of the jobs that read a table
 FLIP_LINEAGE = ("SELECT T.table_name FROM __META_ETL_SINK AS T JOIN __META_ETL_SOURCE AS S ON T.job_id = S.job_id "
                 "WHERE S.table_name = 'shopping'")
-# read-committed and repeatable-read reads each; about 1 s per pair on this machine, so the suite
-# does 250 and a longer run sets LOCKSTEP_TEST_READS=1000
-READS = int(os.environ.get("LOCKSTEP_TEST_READS", "250"))
+# read-committed and repeatable-read reads each (a pair takes about 0.1 s here when the versions
+# did not change, a few seconds when Spark evaluates the join at new versions)
+READS = int(os.environ.get("LOCKSTEP_TEST_READS", "1000"))
 
 
 @pytest.fixture
@@ -84,12 +84,12 @@ def test_consistent_reads_while_the_pipeline_runs(
     try:
         # thousands of reads while writers commit; Spark evaluates the join once per set of versions
         prober = Prober(spark, settings, memo=True)
-        deadline = time.monotonic() + 60 + 1.5 * READS
+        deadline = time.monotonic() + 120 + 0.5 * READS
         while min(prober.stats[level].reads for level in ("read-committed", "repeatable-read")) < READS:
             assert time.monotonic() < deadline, {level: s.reads for level, s in prober.stats.items()}
             prober.read("read-committed")
             prober.read("repeatable-read")
-            if prober.stats["read-committed"].reads % 20 == 0:
+            if prober.stats["read-committed"].reads % 25 == 0:
                 prober.read("read-uncommitted")
         stats = prober.stats
         # repeatable read: the same answer while writers move on; its lease is visible, then gone
@@ -109,7 +109,7 @@ def test_consistent_reads_while_the_pipeline_runs(
     print(f"(reads, reads with anomalies, anomalous rows) per level: {report}; "
           f"{prober.evaluated} joins evaluated by Spark, the rest were the same versions again")
     assert stats["read-committed"].anomalous_reads == 0 and stats["repeatable-read"].anomalous_reads == 0, report
-    assert stats["read-committed"].rows > 0 and stats["read-uncommitted"].reads >= READS // 20
+    assert stats["read-committed"].rows > 0 and stats["read-uncommitted"].reads >= READS // 25
     assert len(stats["read-committed"].barriers) > 10  # the reads really spanned many barriers
     assert prober.evaluated > 20
 
