@@ -7,7 +7,9 @@ found the broker stopped.
 
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 import sys
 import threading
 from datetime import UTC, datetime
@@ -230,9 +232,10 @@ def delay_tables(body: dict[str, Any], last: int) -> list[Table]:
     for name, t in body["tables"].items():
         tables.add_row(name, str(t["latest_exact_barrier"] or "-"), str(t["lag_barriers"]),
                        ms(t["e2e_p50_ms"]), ms(t["e2e_p99_ms"]))
-    jobs = Table("job", "sink", "own delay p50", "own delay p99", "")
+    jobs = Table("job", "sink", "status", "own delay p50", "own delay p99", "")
     for job, j in body["jobs"].items():
-        jobs.add_row(job, j["sink"], ms(j["own_p50_ms"]), ms(j["own_p99_ms"]), "bottleneck" if job == body["bottleneck"] else "")
+        jobs.add_row(job, j["sink"], j["status"], ms(j["own_p50_ms"]), ms(j["own_p99_ms"]),
+                     "bottleneck" if job == body["bottleneck"] else "")
     return [tables, jobs]
 
 
@@ -508,10 +511,40 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...]) -> None:
     click.echo(f"running {len(supervisor.queries)} job(s): {', '.join(supervisor.queries)} (Ctrl-C stops)")
     try:
         supervisor.run(threading.Event())
+        click.echo("every job ended (lockstep stop); exiting")
     except KeyboardInterrupt:
         click.echo("stopping ...")
     finally:
         supervisor.stop()
+
+
+@cli.command("stop")
+@click.argument("job")
+@click.option("--cancel", is_flag=True, help="Stop at once (CANCELED) instead of after the barrier in progress (FINISHED).")
+@click.option("--reason", default=None, help="Why, recorded with the status (default: who stopped it and when).")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the coordinator's outcome.")
+@click.pass_obj
+def stop_job(settings: Settings, job: str, cancel: bool, reason: str | None, timeout: float) -> None:
+    """End a running job. JOB is a job id or the table it writes.
+
+    The coordinator records the job FINISHED (or CANCELED with --cancel); the `lockstep run`
+    process running it stops it within about a second (FINISHED: once the barrier in progress
+    is committed) and does not restart it. The job no longer holds barriers back, `lockstep
+    delays` and the lineage tables show its status, and its table keeps the exact points it
+    has. Running the pipeline again (`lockstep run`) continues the table from its newest
+    exact point.
+
+    Exit 0 recorded, 1 rejected (unknown job, already ended), 2 coordinator unreachable.
+    """
+    topology_now = fetch(settings, "/topology")
+    if job not in topology_now["jobs"] and topology_now["tables"].get(job, {}).get("writer"):
+        job = topology_now["tables"][job]["writer"]
+    status = "CANCELED" if cancel else "FINISHED"
+    if reason is None:
+        reason = f"lockstep stop by {getpass.getuser()}@{socket.gethostname()} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    send(settings, DeregisterJob(new_request_id(), job, status, reason), timeout)
+    click.echo(f"job {job} recorded {status}; the process running it stops it "
+               + ("now" if cancel else "after the barrier in progress"))
 
 
 @cli.command()

@@ -28,6 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from coordinator.domain import JobState, MetaState
 from coordinator.domain.barriers import BarrierConfig, commit_points
+from coordinator.domain.events import END_STATUSES
 from coordinator.settings import Settings
 
 SCHEMA = "barrier BIGINT, generation BIGINT, ts_ms BIGINT, info STRING"
@@ -85,19 +86,27 @@ def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int 
             continue
         work = BarrierWork(b, job.generation, announced.ts_ms)
         if job.external_topics:
-            before_cut = state.barriers.get(previous)
             first = previous <= job.resume_barrier and not state.completions.get(job.sink, {}).get(previous)
-            before = {} if first or before_cut is None else {(c.topic, c.partition): c.offset for c in before_cut.cut}
-            offsets = [
-                (c.topic, c.partition, before.get((c.topic, c.partition), -2), c.offset)
-                for c in announced.cut
-                if c.topic in job.external_topics
-            ]
+            ends = {(c.topic, c.partition): c.offset for c in announced.cut if c.topic in job.external_topics}
+            before = {} if first else _cut_before(state, previous, set(ends))
+            offsets = [(t, p, before.get((t, p), -2), end) for (t, p), end in ends.items()]
             out.append(replace(work, offsets=offsets))
         else:
             out.append(replace(work, source_versions={s: p[b] for s, p in points.items()}))
         previous = b
     return out
+
+
+def _cut_before(state: MetaState, barrier: int, needed: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Where each needed topic-partition stood at ``barrier``: its offset in the newest cut at or
+    before it that has the partition (a cut taken before a topic was read lacks it)."""
+    where: dict[tuple[str, int], int] = {}
+    for b in range(barrier, 0, -1):
+        if needed <= where.keys():
+            break
+        for c in state.barriers[b].cut if b in state.barriers else ():
+            where.setdefault((c.topic, c.partition), c.offset)
+    return where
 
 
 def register_barrier_source(spark: Any) -> None:
@@ -130,6 +139,7 @@ class BarrierReader(DataSourceStreamReader):
         self.job_id = options["job_id"]
         self.options = options
         self._reader: Any = None
+        self._latest: dict[str, int] | None = None
 
     def _state(self) -> MetaState:
         if self._reader is None:
@@ -156,7 +166,10 @@ class BarrierReader(DataSourceStreamReader):
     def latestOffset(self) -> dict[str, int]:  # noqa: N802 - pyspark API
         state = self._state()
         job = self._job(state)
-        return {"barrier": max(job.resume_barrier, ready_barrier(state, job))}
+        if job.status in END_STATUSES and self._latest is not None:
+            return self._latest  # stopped (`lockstep stop`): no barrier after the one in progress
+        self._latest = {"barrier": max(job.resume_barrier, ready_barrier(state, job))}
+        return self._latest
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         state = self._state()

@@ -1,6 +1,7 @@
 """Lineage as tables a Spark user can join (DESIGN.md "Delay and lineage").
 
-``__meta_etl_source(job_id, table_name)``, ``__meta_etl_sink(job_id, table_name)`` and
+``__meta_etl_source(job_id, table_name, status)``, ``__meta_etl_sink(job_id, table_name, status)``
+(status: RUNNING, FINISHED, CANCELED or FAILED) and
 ``__meta_table_version(table_name, barrier, version, generation, committed_at)``, built from
 the same fold of the state topics every other component uses. FLIP-276's example, "the sink
 tables of the jobs that read Table1", runs as written::
@@ -28,10 +29,11 @@ def is_meta_table(name: str) -> bool:
 
 
 def lineage_frames(spark: SparkSession, state: MetaState) -> dict[str, DataFrame]:
-    """The three lineage tables of ``state`` (active jobs; exact points that still count)."""
-    jobs = sorted(state.active_jobs(), key=lambda j: j.job_id)
-    sources = [(j.job_id, s) for j in jobs for s in j.sources]
-    sources += [(j.job_id, f"kafka:{t}") for j in jobs for t in j.external_topics]
+    """The three lineage tables of ``state`` (every job with its status, so a stopped job's
+    lineage stays visible; exact points that still count)."""
+    jobs = sorted(state.jobs.values(), key=lambda j: j.job_id)
+    sources = [(j.job_id, s, j.status) for j in jobs for s in j.sources]
+    sources += [(j.job_id, f"kafka:{t}", j.status) for j in jobs for t in j.external_topics]
     versions = [
         (c.table, c.barrier, c.delta_version, c.generation, datetime.fromtimestamp(c.committed_at_ms / 1000, UTC))
         for table, by_barrier in sorted(state.completions.items())
@@ -39,8 +41,9 @@ def lineage_frames(spark: SparkSession, state: MetaState) -> dict[str, DataFrame
         if state.counts(c)
     ]
     return {
-        "__meta_etl_source": spark.createDataFrame(sources, "job_id STRING, table_name STRING"),
-        "__meta_etl_sink": spark.createDataFrame([(j.job_id, j.sink) for j in jobs], "job_id STRING, table_name STRING"),
+        "__meta_etl_source": spark.createDataFrame(sources, "job_id STRING, table_name STRING, status STRING"),
+        "__meta_etl_sink": spark.createDataFrame([(j.job_id, j.sink, j.status) for j in jobs],
+                                                 "job_id STRING, table_name STRING, status STRING"),
         "__meta_table_version": spark.createDataFrame(
             versions, "table_name STRING, barrier BIGINT, version BIGINT, generation BIGINT, committed_at TIMESTAMP"),
     }

@@ -18,11 +18,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from coordinator.client import emit, new_request_id
-from coordinator.domain import CommandOutcome, DeclareTable, RegisterJob
+from coordinator.domain import CommandOutcome, DeclareTable, JobState, RegisterJob
 from coordinator.domain.errors import Rejected
+from coordinator.domain.events import CANCELED, END_STATUSES, FINISHED, RUNNING
 from coordinator.settings import Settings
+from coordinator.stream.follower import StateReader
+from coordinator.stream.topics import Topics
 from spark_jobs.commits import CompletionPublisher
 from spark_jobs.epochs import BarrierWork, register_barrier_source, settings_options
+from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.ingest import RootIngestion
 from spark_jobs.ivm import TableMaintainer
 from spark_jobs.pipeline import DerivedTable, Job, Pipeline, RootTable
@@ -111,13 +115,15 @@ def start_jobs(spark: SparkSession, pipeline: Pipeline, settings: Settings,
 class Supervisor:
     """Keeps a pipeline's jobs running: a job that fails is reported and restarted after a
     backoff (1 s, 2 s, 4 s ... at most ``max_backoff``) while the others carry on; the restarted
-    job catches up from its checkpoint and its table's Delta history.
+    job catches up from its checkpoint and its table's Delta history. A job that ``lockstep
+    stop`` ended is stopped here (FINISHED: after the barrier in progress; CANCELED or FAILED:
+    at once) and not restarted. ``hooks`` hear of every start and end (``spark_jobs.hooks``).
 
     Example::
 
         supervisor = Supervisor(spark, pipeline, settings, report=print)
         supervisor.start()
-        supervisor.run(stop)  # until ``stop`` (a threading.Event) is set
+        supervisor.run(stop)  # until ``stop`` (a threading.Event) is set or every job ended
     """
 
     spark: SparkSession
@@ -126,30 +132,39 @@ class Supervisor:
     only: Sequence[str] = ()
     report: Callable[[str], None] = lambda message: None
     max_backoff: float = 60.0
+    hooks: Sequence[JobHooks] = ()
+    finish_timeout: float = 120.0  # longest wait for the barrier in progress of a FINISHED job
     queries: dict[str, StreamingQuery] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
+    ended: dict[str, str] = field(default_factory=dict)  # job id -> status, for jobs stopped here
     _retry_at: dict[str, float] = field(default_factory=dict)
+    _status_reader: StateReader | None = None
+    _status_read_at: float = 0.0
 
     def start(self) -> None:
         for job in select_jobs(self.pipeline, self.only):
             self.queries[job.job_id] = start_job(self.spark, self.pipeline, job, self.settings)
+            self._tell("on_created", JobEvent(job.job_id, job.sink, RUNNING))
 
     def poll(self) -> None:
-        """Notice failed jobs and restart those whose backoff has passed."""
+        """Stop jobs that were ended, notice failed ones and restart those whose backoff has passed."""
         now = time.monotonic()
+        for job in self._ended_jobs(now):
+            self._end(job)
         for job_id, query in list(self.queries.items()):
             if query.isActive:
                 continue
+            job = next(j for j in self.pipeline.jobs if j.job_id == job_id)
             if job_id not in self._retry_at:
                 error = query.exception()
                 self.failures[job_id] = self.failures.get(job_id, 0) + 1
                 delay = min(self.max_backoff, 2.0 ** (self.failures[job_id] - 1))
                 self._retry_at[job_id] = now + delay
-                self.report(f"job {job_id} failed (the others keep running); restart in {delay:.0f} s: "
-                            f"{str(error).splitlines()[0] if error else 'stopped'}")
+                first_line = str(error).splitlines()[0] if error else "stopped"
+                self.report(f"job {job_id} failed (the others keep running); restart in {delay:.0f} s: {first_line}")
+                self._tell("on_failed", JobEvent(job_id, job.sink, RUNNING, error=first_line))
             elif now >= self._retry_at[job_id]:
                 del self._retry_at[job_id]
-                job = next(j for j in self.pipeline.jobs if j.job_id == job_id)
                 try:
                     self.queries[job_id] = start_job(self.spark, self.pipeline, job, self.settings)
                     self.report(f"job {job_id} restarted (attempt {self.failures[job_id] + 1})")
@@ -157,10 +172,49 @@ class Supervisor:
                     self.report(f"job {job_id} could not restart: {exc}")
                     self._retry_at[job_id] = now + min(self.max_backoff, 2.0 ** self.failures[job_id])
 
+    def _ended_jobs(self, now: float) -> list[JobState]:
+        """This process's jobs the coordinator records as ended (read at most once a second)."""
+        if now - self._status_read_at < 1.0 or not self.queries:
+            return []
+        self._status_read_at = now
+        try:
+            if self._status_reader is None:
+                self._status_reader = StateReader(self.settings, Topics(self.settings.topic_prefix))
+            state = self._status_reader.read_to_end(timeout=10)
+        except Exception as exc:  # noqa: BLE001 - the jobs keep running; statuses are read again next time
+            self.report(f"could not read job statuses from {self.settings.bootstrap}: {exc}")
+            return []
+        return [j for job_id in self.queries if (j := state.jobs.get(job_id)) is not None and j.status in END_STATUSES]
+
+    def _end(self, job: JobState) -> None:
+        query = self.queries.pop(job.job_id)
+        self._retry_at.pop(job.job_id, None)
+        if job.status == FINISHED:  # no new barrier is offered to it; let the one in progress commit
+            deadline = time.monotonic() + self.finish_timeout
+            while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+                time.sleep(0.2)
+        query.stop()
+        self.ended[job.job_id] = job.status
+        why = f": {job.reason}" if job.reason else ""
+        self.report(f"job {job.job_id} stopped ({job.status}{why})")
+        hook = {FINISHED: "on_finished", CANCELED: "on_canceled"}.get(job.status, "on_failed")
+        self._tell(hook, JobEvent(job.job_id, job.sink, job.status, job.reason))
+
+    def _tell(self, hook: str, event: JobEvent) -> None:
+        for hooks in self.hooks:
+            try:
+                getattr(hooks, hook)(event)
+            except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the job or the other hooks
+                self.report(f"hook {type(hooks).__name__}.{hook} failed for job {event.job_id}: {exc}")
+
     def run(self, stop: threading.Event, every: float = 1.0) -> None:
-        while not stop.wait(every):
+        """Poll until ``stop`` is set or no job is left (all ended)."""
+        while self.queries and not stop.wait(every):
             self.poll()
 
     def stop(self) -> None:
         for query in self.queries.values():
             query.stop()
+        if self._status_reader is not None:
+            self._status_reader.close()
+            self._status_reader = None

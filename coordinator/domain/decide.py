@@ -163,6 +163,8 @@ def _(cmd: RegisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]
         if cycle is not None:
             loop = " -> ".join([*cycle, cmd.sink]) if source != cmd.sink else f"{source} -> {source}"
             raise Rejected(f"job {cmd.job_id!r} would create a cycle: {loop}")
+    # A table that already holds data (its job was stopped, or is replaced) is continued from
+    # its newest exact point, so no input between that barrier and now is skipped.
     job = JobState(
         cmd.job_id,
         cmd.sink,
@@ -171,7 +173,7 @@ def _(cmd: RegisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]
         cmd.sql,
         RUNNING,
         sink.generation,
-        start_barrier=state.last_barrier(),
+        start_barrier=state.latest_exact(cmd.sink) or state.last_barrier(),
         registered_at_ms=now_ms,
         updated_at_ms=now_ms,
     )

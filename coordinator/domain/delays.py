@@ -36,7 +36,8 @@ def _committed(state: MetaState, table: str) -> dict[int, int]:
 
 def delay_report(state: MetaState, last: int = 100) -> dict[str, Any]:
     """Per table and per job: latest exact barrier, lag, delay p50/p99 over the last ``last``
-    exact barriers; and the bottleneck job."""
+    exact barriers, the table's writer and the job's status (ended jobs stay listed); and the
+    bottleneck among the running jobs."""
     newest = state.last_barrier()
     tables: dict[str, Any] = {}
     for name in sorted(state.tables):
@@ -44,11 +45,12 @@ def delay_report(state: MetaState, last: int = 100) -> dict[str, Any]:
         recent = sorted(b for b in committed if b in state.barriers)[-last:]
         e2e = [committed[b] - state.barriers[b].ts_ms for b in recent]
         latest = max(committed, default=None)
+        writer = state.writer_of(name)
         tables[name] = {"latest_exact_barrier": latest, "lag_barriers": newest - (latest or 0),
                         "e2e_p50_ms": percentile(e2e, 0.5), "e2e_p99_ms": percentile(e2e, 0.99),
-                        "e2e_last_ms": e2e[-1] if e2e else None}
+                        "e2e_last_ms": e2e[-1] if e2e else None, "writer": writer.job_id if writer else None}
     jobs: dict[str, Any] = {}
-    for job in sorted(state.active_jobs(), key=lambda j: j.job_id):
+    for job in sorted(state.jobs.values(), key=lambda j: j.job_id):
         sink = _committed(state, job.sink)
         sources = [_committed(state, s) for s in job.sources]
         own = []
@@ -58,13 +60,14 @@ def delay_report(state: MetaState, last: int = 100) -> dict[str, Any]:
                     own.append(sink[b] - max(s[b] for s in sources))
             elif b in state.barriers:
                 own.append(sink[b] - state.barriers[b].ts_ms)
-        jobs[job.job_id] = {"sink": job.sink, "own_p50_ms": percentile(own, 0.5), "own_p99_ms": percentile(own, 0.99)}
+        jobs[job.job_id] = {"sink": job.sink, "status": job.status, "own_p50_ms": percentile(own, 0.5),
+                            "own_p99_ms": percentile(own, 0.99)}
     return {"tables": tables, "jobs": jobs, "bottleneck": _bottleneck(state, tables, jobs)}
 
 
 def _bottleneck(state: MetaState, tables: dict[str, Any], jobs: dict[str, Any]) -> str | None:
-    slowest = max((t for t in tables if tables[t]["e2e_p50_ms"] is not None), key=lambda t: tables[t]["e2e_p50_ms"],
-                  default=None)
+    maintained = [t for t in tables if tables[t]["e2e_p50_ms"] is not None and tables[t]["writer"] is not None]
+    slowest = max(maintained, key=lambda t: tables[t]["e2e_p50_ms"], default=None)
     if slowest is None:
         return None
     upstream: set[str] = set()

@@ -116,8 +116,9 @@ class MetaState:
         return None
 
     def external_topics(self) -> list[str]:
-        """Topics read by active root jobs: the ones a barrier's cut covers."""
-        return sorted({t for j in self.active_jobs() for t in j.external_topics})
+        """Topics read by root jobs, running or ended: the ones a barrier's cut covers. A stopped
+        job that runs again later finds its topic's offsets in every barrier it missed."""
+        return sorted({t for j in self.jobs.values() for t in j.external_topics})
 
     # -- barriers and exact points -----------------------------------------------------------
 

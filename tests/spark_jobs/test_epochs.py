@@ -35,6 +35,16 @@ def test_a_lagging_root_job_folds_to_multiples_of_the_stride_without_gaps(make_s
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # contiguous: nothing skipped twice
 
 
+def test_a_root_job_continues_from_the_last_cut_that_has_its_topic(make_state: Callable[..., MetaState]) -> None:
+    # barriers 3 and 4 were cut while no job read the topic (older coordinators cut only running jobs' topics)
+    cutless = [BarrierAnnounced(b, 1000 * b) for b in (3, 4)]
+    done = [BarrierCompleted("ingest_shopping", "shopping", b, 0, b) for b in (1, 2, 3, 4)]
+    state = make_state(*barriers(2), *cutless, BarrierAnnounced(5, 5000, (CutEntry("shopping_source", 0, 25),)), *done,
+                       shopping_topology=True)
+    (work,) = work_for(state, state.jobs["ingest_shopping"], 4, 5)
+    assert work.offsets == [("shopping_source", 0, 10, 25)]  # not from the earliest offset again
+
+
 def test_intermediate_jobs_take_only_exact_points_of_all_sources(make_state: Callable[..., MetaState]) -> None:
     done = [BarrierCompleted("ingest_shopping", "shopping", b, 0, 10 + b) for b in (1, 2, 4)]
     state = make_state(*barriers(5), *done, shopping_topology=True)

@@ -19,6 +19,7 @@ from coordinator.settings import Settings
 from spark_jobs.pipeline import parse_pipeline
 from spark_jobs.runner import Supervisor, register_pipeline
 from tests.spark_jobs.barriers import at, wait_for_barrier
+from tests.spark_jobs.hook_recorder import Recorder
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,7 +40,8 @@ def test_a_failing_job_does_not_stop_the_others_and_catches_up_after_restart(
     pipeline = parse_pipeline(PIPELINE.format(topic=topic))
     register_pipeline(settings, pipeline)
     reports: list[str] = []
-    supervisor = Supervisor(spark, pipeline, settings, report=reports.append, max_backoff=2)
+    hooks = Recorder()
+    supervisor = Supervisor(spark, pipeline, settings, report=reports.append, max_backoff=2, hooks=[hooks])
     supervisor.start()
     stop = threading.Event()
     watcher = threading.Thread(target=supervisor.run, args=(stop, 0.5), daemon=True)
@@ -72,6 +74,7 @@ def test_a_failing_job_does_not_stop_the_others_and_catches_up_after_restart(
             dict(Counter(sent))
         assert any("maintain_counts restarted" in r for r in reports), reports
         assert set(supervisor.failures) == {"maintain_counts"}
+        assert hooks.of("maintain_counts")[:2] == ["created", "failed"] and hooks.of("maintain_sums") == ["created"]
     finally:
         stop.set()
         watcher.join(10)

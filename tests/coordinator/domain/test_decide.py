@@ -113,6 +113,23 @@ def test_deregister_frees_the_table_for_a_new_writer(make_state: MakeState) -> N
     )
 
 
+def test_a_job_registered_again_after_it_ended_continues_from_its_tables_newest_exact_point(
+    make_state: MakeState,
+) -> None:
+    state = make_state(
+        BarrierAnnounced(1, 100),
+        BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4),
+        DeregisterJob("x", "ingest_shopping", "FINISHED"),
+        BarrierAnnounced(2, 200),
+        BarrierAnnounced(3, 300),
+        RegisterJob("y", "ingest_shopping", "shopping", external_topics=("shopping_source",)),
+        shopping_topology=True,
+    )
+    assert state.jobs["ingest_shopping"].status == "RUNNING"
+    assert state.jobs["ingest_shopping"].start_barrier == 1  # barriers 2 and 3 are still to be ingested
+    assert state.jobs["amount_job"].start_barrier == 0  # a table without data starts at the newest barrier
+
+
 def test_lease_holds_exact_point_versions_renews_and_expires(make_state: MakeState) -> None:
     state = make_state(
         BarrierAnnounced(1, 100),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.domain import BarrierAnnounced, BarrierCompleted, MetaState
+from coordinator.domain import BarrierAnnounced, BarrierCompleted, DeregisterJob, MetaState
 from coordinator.domain.delays import delay_report
 
 
@@ -28,8 +28,27 @@ def test_own_delays_find_the_bottleneck_on_the_slowest_path(make_state: Callable
     assert report["tables"]["user_item_price"]["lag_barriers"] == 0
 
 
+def test_a_stopped_job_stays_listed_with_its_status_and_is_never_the_bottleneck(
+    make_state: Callable[..., MetaState],
+) -> None:
+    facts: list[object] = []
+    for b in range(1, 4):
+        facts += [
+            BarrierAnnounced(b, b * 1000),
+            BarrierCompleted("ingest_shopping", "shopping", b, 0, b, committed_at_ms=b * 1000 + 100),
+            BarrierCompleted("amount_job", "user_item_amount", b, 0, b, committed_at_ms=b * 1000 + 400),
+            BarrierCompleted("price_job", "user_item_price", b, 0, b, committed_at_ms=b * 1000 + 900),
+        ]
+    facts += [DeregisterJob("x", "price_job", "FINISHED"), BarrierAnnounced(4, 4000)]
+    report = delay_report(make_state(*facts, shopping_topology=True))
+    assert report["jobs"]["price_job"]["status"] == "FINISHED" and report["jobs"]["amount_job"]["status"] == "RUNNING"
+    assert report["tables"]["user_item_price"]["writer"] is None
+    assert report["tables"]["user_item_price"]["lag_barriers"] == 1
+    assert report["bottleneck"] == "amount_job"  # price_job was slower, but it no longer runs
+
+
 def test_no_completions_no_figures(make_state: Callable[..., MetaState]) -> None:
     report = delay_report(make_state(BarrierAnnounced(1, 1000), shopping_topology=True))
     assert report["bottleneck"] is None
     assert report["tables"]["shopping"] == {"latest_exact_barrier": None, "lag_barriers": 1, "e2e_p50_ms": None,
-                                            "e2e_p99_ms": None, "e2e_last_ms": None}
+                                            "e2e_p99_ms": None, "e2e_last_ms": None, "writer": "ingest_shopping"}

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from coordinator.domain import (
     BarrierAnnounced,
     BarrierCompleted,
+    DeregisterJob,
     GenerationStart,
     MetaState,
     RequestRevision,
@@ -74,6 +75,8 @@ def test_topology_views(make_state: MakeState) -> None:
     assert state.downstream("shopping") == ["shopping", "user_item_amount", "user_item_price"]
     assert state.downstream("user_item_price") == ["user_item_price"]
     assert state.external_topics() == ["shopping_source"]
+    stopped = make_state(DeregisterJob("x", "ingest_shopping", "CANCELED"), shopping_topology=True)
+    assert stopped.external_topics() == ["shopping_source"]  # barriers keep its cut for when it runs again
     assert state.writer_of("user_item_amount").job_id == "amount_job"
     assert state.path("shopping", "user_item_price") == ["shopping", "user_item_price"]
     assert state.path("user_item_price", "shopping") is None

@@ -1,0 +1,146 @@
+"""Stopping jobs: `lockstep stop` records the end, the Supervisor stops the job and tells the
+hooks, delays and lineage show it, and running the pipeline again continues where it stopped."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from coordinator.client import get_json
+from coordinator.settings import Settings
+from coordinator.stream.follower import read_state
+from spark_jobs.hooks import JobEvent, JobHooks
+from spark_jobs.lineage import lineage_frames
+from spark_jobs.pipeline import parse_pipeline
+from spark_jobs.runner import Supervisor, register_pipeline
+from tests.spark_jobs.barriers import at, wait_for_barrier
+from tests.spark_jobs.hook_recorder import Recorder
+from tests.worker_fixtures import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PIPELINE = """
+CREATE TABLE events (k BIGINT, v BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
+CREATE TABLE sums AS SELECT k, SUM(v) AS total FROM events GROUP BY k;
+CREATE TABLE counts AS SELECT k, COUNT(*) AS n FROM events GROUP BY k;
+"""
+
+
+class Broken(JobHooks):
+    def on_created(self, event: JobEvent) -> None:
+        raise ValueError("a broken hook")
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+        time.sleep(0.2)
+
+
+def test_stop_finishes_or_cancels_a_job_and_run_again_continues_it(
+    spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], make_topic: Callable,
+    kafka_bootstrap: str, tmp_path: Path,
+) -> None:
+    topic = make_topic(partitions=1)
+    worker = make_worker()
+    settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home",
+                                   coordinator_url=worker.url)
+    pipeline = parse_pipeline(PIPELINE.format(topic=topic))
+    register_pipeline(settings, pipeline)
+    hooks, reports = Recorder(), []
+    supervisor = Supervisor(spark, pipeline, settings, report=reports.append, hooks=[Broken(), hooks])
+    supervisor.start()
+    stop = threading.Event()
+    watcher = threading.Thread(target=supervisor.run, args=(stop, 0.5), daemon=True)
+    watcher.start()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    sent: list[int] = []
+
+    def send(n: int) -> dict[int, int]:
+        for _ in range(n):
+            k = len(sent) % 3
+            producer.produce(topic, json.dumps({"k": k, "v": len(sent)}).encode())
+            sent.append(k)
+        producer.flush(10)
+        return {0: len(sent)}
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
+           "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url, "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix}
+
+    def lockstep(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "coordinator.cli", *args], env=env, capture_output=True, text=True,
+                              timeout=60, cwd=ROOT)
+
+    again: Supervisor | None = None
+    try:
+        assert [what for what, _ in hooks.events] == ["created"] * 3  # the broken hook did not stop the others
+        assert sum("Broken.on_created failed" in r for r in reports) == 3
+        wait_for_barrier(settings, ["events", "sums", "counts"], send(30), topic)
+
+        # FINISHED, named by its table: stopped after the barrier in progress, not restarted
+        done = lockstep("stop", "counts", "--reason", "no longer needed")
+        assert done.returncode == 0, done.stderr
+        assert "job maintain_counts recorded FINISHED" in done.stdout
+        wait_until(lambda: "maintain_counts" in supervisor.ended, "the supervisor stops maintain_counts")
+        assert supervisor.ended == {"maintain_counts": "FINISHED"}
+        assert hooks.of("maintain_counts") == ["created", "finished"]
+        assert hooks.events[-1][1] == JobEvent("maintain_counts", "counts", "FINISHED", "no longer needed")
+        state, b = wait_for_barrier(settings, ["events", "sums"], send(30), topic)
+        last_counts = max(state.exact_points("counts").values())
+        assert state.latest_exact("counts") < b
+        history = DeltaTable.forPath(spark, str(settings.warehouse / "counts")).history(1).collect()
+        assert history[0]["version"] == last_counts  # nothing was committed after its last completion
+        assert "maintain_counts" not in supervisor.failures
+
+        # delays and lineage show it
+        delays = get_json(settings, "/delays")
+        assert delays["jobs"]["maintain_counts"]["status"] == "FINISHED"
+        assert delays["tables"]["counts"]["writer"] is None and delays["bottleneck"] != "maintain_counts"
+        sinks = {r["job_id"]: r["status"] for r in lineage_frames(spark, state)["__meta_etl_sink"].collect()}
+        assert sinks == {"ingest_events": "RUNNING", "maintain_sums": "RUNNING", "maintain_counts": "FINISHED"}
+        table_view = lockstep("delays")
+        assert "FINISHED" in table_view.stdout, table_view.stdout
+
+        # CANCELED at once; a second stop and an unknown job are rejected
+        canceled = lockstep("stop", "ingest_events", "--cancel")
+        assert canceled.returncode == 0 and "recorded CANCELED" in canceled.stdout, canceled.stderr
+        wait_until(lambda: "ingest_events" in supervisor.ended, "the supervisor stops ingest_events")
+        assert hooks.of("ingest_events") == ["created", "canceled"]
+        assert "lockstep stop by" in hooks.events[-1][1].reason
+        again_stop = lockstep("stop", "ingest_events")
+        assert again_stop.returncode == 1 and "already ended as CANCELED" in again_stop.stderr
+        unknown = lockstep("stop", "nope")
+        assert unknown.returncode == 1 and "unknown job 'nope'" in unknown.stderr
+        assert set(supervisor.queries) == {"maintain_sums"}
+        send(30)  # not ingested while the job is stopped
+
+        # running the pipeline again continues both from their tables' newest exact points
+        register_pipeline(settings, pipeline)
+        again = Supervisor(spark, pipeline, settings, only=("ingest_events", "maintain_counts"), report=reports.append)
+        again.start()
+        state, b = wait_for_barrier(settings, ["events", "sums", "counts"], {0: len(sent)}, topic)
+        events = at(spark, settings, "events", state.exact_points("events")[b]).collect()
+        assert sorted(r["v"] for r in events) == list(range(len(sent)))  # no record skipped, none twice
+        assert {r["k"]: r["n"] for r in at(spark, settings, "counts", state.exact_points("counts")[b]).collect()} == \
+            dict(Counter(sent))
+        assert {j: s.status for j, s in read_state(settings).jobs.items()} == dict.fromkeys(
+            ["ingest_events", "maintain_sums", "maintain_counts"], "RUNNING")
+    finally:
+        stop.set()
+        watcher.join(10)
+        supervisor.stop()
+        if again is not None:
+            again.stop()
