@@ -622,6 +622,55 @@ def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | N
     _print_rows(columns, rows, fmt)
 
 
+@cli.command("vacuum")
+@click.argument("tables", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="List the files that would go and why the rest stays; delete nothing.")
+@click.option("--retain-barriers", type=click.IntRange(0), default=None,
+              help="Also keep the exact points of this many newest barriers "
+                   "(default: LOCKSTEP_RETAIN_BARRIERS, else 100; 0 keeps only what someone needs now).")
+@click.option("--list-files", "show_files", default=20, show_default=True, type=click.IntRange(0),
+              help="Print at most this many file names per table.")
+@click.pass_obj
+def vacuum_command(settings: Settings, tables: tuple[str, ...], dry_run: bool, retain_barriers: int | None,
+                   show_files: int) -> None:
+    """Delete old Delta files of TABLES (default: every table) that nobody needs any more.
+
+    A version stays readable while a repeatable-read lease holds it, a running job reads from
+    it next, it is a table's newest exact point or the one read-committed readers pick now, or
+    it is the exact point of one of the newest --retain-barriers barriers. Older versions'
+    files go; reading them afterwards fails with a clear "vacuumed" error.
+
+    Exit 0 done, 1 unknown table, 2 the broker (where the coordinator's state lives) unreachable.
+    """
+    from coordinator.stream.follower import read_state
+    from spark_jobs.session import build_session
+    from spark_jobs.vacuum import VacuumError, vacuum
+
+    try:
+        state = read_state(settings)
+    except Exception as exc:  # noqa: BLE001 - Kafka errors come in many types; all mean the same here
+        click.echo(f"error: cannot read the coordinator's state from {settings.bootstrap}: {exc}", err=True)
+        sys.exit(2)
+    spark = build_session("lockstep-vacuum", settings=settings)
+    try:
+        reports = vacuum(spark, settings, tables, retain_barriers, dry_run, state=state)
+    except VacuumError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    for report in reports:
+        if report.floor is None:
+            click.echo(f"{report.table}: no Delta table yet; nothing to vacuum")
+            continue
+        verb = "would delete" if dry_run else "deleted"
+        click.echo(f"{report.table}: {verb} {len(report.files)} file(s); versions >= {report.floor} stay readable")
+        for keep in report.keeps:
+            click.echo(f"  keeps version {keep.version}: {keep.reason}")
+        for name in report.files[:show_files]:
+            click.echo(f"  {verb}: {name}")
+        if len(report.files) > show_files:
+            click.echo(f"  ... and {len(report.files) - show_files} more")
+
+
 def _snapshot_query(spark: Any, settings: Settings, sql: str, tables: list[str], consistency: str,
                     as_of_barrier: int | None, as_of_timestamp: int | None, limit: int) -> tuple[list[str], list[tuple]]:
     from spark_jobs.reads import open_snapshot

@@ -36,6 +36,7 @@ class Settings:
     topic_prefix: str = "lockstep"
     replication_factor: int = 1
     kafka_client: Mapping[str, str] = field(default_factory=dict)
+    retain_barriers: int = 100  # vacuum keeps the exact points of this many newest barriers
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -51,6 +52,7 @@ class Settings:
             topic_prefix=env.get("LOCKSTEP_TOPIC_PREFIX", "lockstep"),
             replication_factor=_positive_int(env, "LOCKSTEP_REPLICATION_FACTOR", 1),
             kafka_client=kafka_passthrough(env),
+            retain_barriers=_positive_int(env, "LOCKSTEP_RETAIN_BARRIERS", 100, minimum=0),
         )
         _ = settings.bootstrap_port  # validate early, with a message that names the variable
         return settings
@@ -75,10 +77,10 @@ class Settings:
         return {"bootstrap.servers": self.bootstrap, **self.kafka_client, **extra}
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+def _positive_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name, str(default))
-    if not raw.isdigit() or int(raw) < 1:
-        raise SettingsError(f"{name}={raw!r} must be a positive whole number")
+    if not raw.isdigit() or int(raw) < minimum:
+        raise SettingsError(f"{name}={raw!r} must be a whole number >= {minimum}")
     return int(raw)
 
 
