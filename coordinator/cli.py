@@ -644,19 +644,19 @@ def vacuum_command(settings: Settings, tables: tuple[str, ...], dry_run: bool, r
     """
     from coordinator.stream.follower import read_state
     from spark_jobs.session import build_session
-    from spark_jobs.vacuum import VacuumError, vacuum
+    from spark_jobs.vacuum import vacuum
 
     try:
         state = read_state(settings)
     except Exception as exc:  # noqa: BLE001 - Kafka errors come in many types; all mean the same here
         click.echo(f"error: cannot read the coordinator's state from {settings.bootstrap}: {exc}", err=True)
         sys.exit(2)
-    spark = build_session("lockstep-vacuum", settings=settings)
-    try:
-        reports = vacuum(spark, settings, tables, retain_barriers, dry_run, state=state)
-    except VacuumError as exc:
-        click.echo(f"error: {exc}", err=True)
+    unknown = [t for t in tables if t not in state.tables]
+    if unknown:  # before starting Spark
+        click.echo(f"error: unknown table(s): {', '.join(unknown)}; registered: {', '.join(sorted(state.tables))}", err=True)
         sys.exit(1)
+    spark = build_session("lockstep-vacuum", settings=settings)
+    reports = vacuum(spark, settings, tables, retain_barriers, dry_run, state=state)
     for report in reports:
         if report.floor is None:
             click.echo(f"{report.table}: no Delta table yet; nothing to vacuum")

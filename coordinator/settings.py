@@ -50,9 +50,9 @@ class Settings:
             jars=Path(env.get("LOCKSTEP_JARS", str(home / "jars"))),
             coordinator_url=env.get("LOCKSTEP_COORDINATOR_URL", "http://127.0.0.1:6066"),
             topic_prefix=env.get("LOCKSTEP_TOPIC_PREFIX", "lockstep"),
-            replication_factor=_positive_int(env, "LOCKSTEP_REPLICATION_FACTOR", 1),
+            replication_factor=_whole_number(env, "LOCKSTEP_REPLICATION_FACTOR", 1),
             kafka_client=kafka_passthrough(env),
-            retain_barriers=_positive_int(env, "LOCKSTEP_RETAIN_BARRIERS", 100, minimum=0),
+            retain_barriers=_whole_number(env, "LOCKSTEP_RETAIN_BARRIERS", 100, minimum=0),
         )
         _ = settings.bootstrap_port  # validate early, with a message that names the variable
         return settings
@@ -77,7 +77,7 @@ class Settings:
         return {"bootstrap.servers": self.bootstrap, **self.kafka_client, **extra}
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+def _whole_number(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name, str(default))
     if not raw.isdigit() or int(raw) < minimum:
         raise SettingsError(f"{name}={raw!r} must be a whole number >= {minimum}")

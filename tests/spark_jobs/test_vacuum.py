@@ -90,3 +90,6 @@ def test_vacuum_keeps_what_a_repeatable_read_snapshot_and_the_jobs_need(
 
     with pytest.raises(VacuumError, match="unknown table"):
         vacuum(spark, settings, ["nope"])
+    bad = subprocess.run([sys.executable, "-m", "coordinator.cli", "vacuum", "nope"], env=env, capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 1 and "unknown table(s): nope; registered: events, sums" in bad.stderr, bad.stderr
