@@ -4,22 +4,19 @@ the storage is back the supervisor's restart catches the failed job up."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
-import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
 from spark_jobs.pipeline import parse_pipeline
-from spark_jobs.runner import Supervisor, register_pipeline
+from spark_jobs.runner import register_pipeline
 from tests.spark_jobs.barriers import at, wait_for_barrier
-from tests.spark_jobs.hook_recorder import Recorder
+from tests.spark_jobs.supervising import KeyedRecords, Recorder, supervised
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -41,24 +38,10 @@ def test_a_failing_job_does_not_stop_the_others_and_catches_up_after_restart(
     register_pipeline(settings, pipeline)
     reports: list[str] = []
     hooks = Recorder()
-    supervisor = Supervisor(spark, pipeline, settings, report=reports.append, max_backoff=2, hooks=[hooks])
-    supervisor.start()
-    stop = threading.Event()
-    watcher = threading.Thread(target=supervisor.run, args=(stop, 0.5), daemon=True)
-    watcher.start()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    sent: list[int] = []
-
-    def send(n: int) -> dict[int, int]:
-        for _ in range(n):
-            k = len(sent) % 3
-            producer.produce(topic, json.dumps({"k": k, "v": 1}).encode())
-            sent.append(k)
-        producer.flush(10)
-        return {0: len(sent)}
-
+    records = KeyedRecords(kafka_bootstrap, topic)
+    send, sent = records.send, records.sent
     log = settings.warehouse / "counts" / "_delta_log"
-    try:
+    with supervised(spark, pipeline, settings, report=reports.append, max_backoff=2, hooks=[hooks]) as supervisor:
         wait_for_barrier(settings, ["events", "sums", "counts"], send(30), topic)
         shutil.move(log, log.with_name("_delta_log.away"))  # the storage of `counts` breaks
         log.write_text("not a directory")
@@ -75,7 +58,3 @@ def test_a_failing_job_does_not_stop_the_others_and_catches_up_after_restart(
         assert any("maintain_counts restarted" in r for r in reports), reports
         assert set(supervisor.failures) == {"maintain_counts"}
         assert hooks.of("maintain_counts")[:2] == ["created", "failed"] and hooks.of("maintain_sums") == ["created"]
-    finally:
-        stop.set()
-        watcher.join(10)
-        supervisor.stop()

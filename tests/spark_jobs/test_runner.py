@@ -4,17 +4,14 @@ hooks, delays and lineage show it, and running the pipeline again continues wher
 from __future__ import annotations
 
 import dataclasses
-import json
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -24,9 +21,9 @@ from coordinator.stream.follower import read_state
 from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.lineage import lineage_frames
 from spark_jobs.pipeline import parse_pipeline
-from spark_jobs.runner import Supervisor, register_pipeline
+from spark_jobs.runner import register_pipeline
 from tests.spark_jobs.barriers import at, wait_for_barrier
-from tests.spark_jobs.hook_recorder import Recorder
+from tests.spark_jobs.supervising import KeyedRecords, Recorder, supervised
 from tests.worker_fixtures import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -61,22 +58,8 @@ def test_stop_finishes_or_cancels_a_job_and_run_again_continues_it(
     pipeline = parse_pipeline(PIPELINE.format(topic=topic))
     register_pipeline(settings, pipeline)
     hooks, reports = Recorder(), []
-    supervisor = Supervisor(spark, pipeline, settings, report=reports.append, hooks=[Broken(), hooks])
-    supervisor.start()
-    stop = threading.Event()
-    watcher = threading.Thread(target=supervisor.run, args=(stop, 0.5), daemon=True)
-    watcher.start()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    sent: list[int] = []
-
-    def send(n: int) -> dict[int, int]:
-        for _ in range(n):
-            k = len(sent) % 3
-            producer.produce(topic, json.dumps({"k": k, "v": len(sent)}).encode())
-            sent.append(k)
-        producer.flush(10)
-        return {0: len(sent)}
-
+    records = KeyedRecords(kafka_bootstrap, topic, value=lambda i: i)
+    send, sent = records.send, records.sent
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
            "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url, "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix}
 
@@ -84,8 +67,7 @@ def test_stop_finishes_or_cancels_a_job_and_run_again_continues_it(
         return subprocess.run([sys.executable, "-m", "coordinator.cli", *args], env=env, capture_output=True, text=True,
                               timeout=60, cwd=ROOT)
 
-    again: Supervisor | None = None
-    try:
+    with supervised(spark, pipeline, settings, report=reports.append, hooks=[Broken(), hooks]) as supervisor:
         assert [what for what, _ in hooks.events] == ["created"] * 3  # the broken hook did not stop the others
         assert sum("Broken.on_created failed" in r for r in reports) == 3
         wait_for_barrier(settings, ["events", "sums", "counts"], send(30), topic)
@@ -129,18 +111,11 @@ def test_stop_finishes_or_cancels_a_job_and_run_again_continues_it(
 
         # running the pipeline again continues both from their tables' newest exact points
         register_pipeline(settings, pipeline)
-        again = Supervisor(spark, pipeline, settings, only=("ingest_events", "maintain_counts"), report=reports.append)
-        again.start()
-        state, b = wait_for_barrier(settings, ["events", "sums", "counts"], {0: len(sent)}, topic)
+        with supervised(spark, pipeline, settings, only=("ingest_events", "maintain_counts"), report=reports.append):
+            state, b = wait_for_barrier(settings, ["events", "sums", "counts"], {0: len(sent)}, topic)
         events = at(spark, settings, "events", state.exact_points("events")[b]).collect()
         assert sorted(r["v"] for r in events) == list(range(len(sent)))  # no record skipped, none twice
         assert {r["k"]: r["n"] for r in at(spark, settings, "counts", state.exact_points("counts")[b]).collect()} == \
             dict(Counter(sent))
         assert {j: s.status for j, s in read_state(settings).jobs.items()} == dict.fromkeys(
             ["ingest_events", "maintain_sums", "maintain_counts"], "RUNNING")
-    finally:
-        stop.set()
-        watcher.join(10)
-        supervisor.stop()
-        if again is not None:
-            again.stop()

@@ -3,15 +3,13 @@ repeatable-read snapshot keeps reading its versions and the running jobs keep co
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
@@ -19,6 +17,7 @@ from coordinator.stream.follower import read_state
 from spark_jobs.reads import open_snapshot
 from spark_jobs.vacuum import VacuumError, vacuum
 from tests.spark_jobs.barriers import at, wait_for_barrier
+from tests.spark_jobs.supervising import KeyedRecords
 from tests.worker_fixtures import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -39,19 +38,10 @@ def test_vacuum_keeps_what_a_repeatable_read_snapshot_and_the_jobs_need(
 ) -> None:
     topic = make_topic(partitions=1)
     settings = run_pipeline(PIPELINE.format(topic=topic))
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    totals: dict[int, int] = defaultdict(int)
-    sent = 0
+    records = KeyedRecords(kafka_bootstrap, topic, keys=4, value=lambda i: i)
 
     def send_and_wait(n: int) -> int:
-        nonlocal sent
-        for _ in range(n):
-            k = sent % 4
-            producer.produce(topic, json.dumps({"k": k, "v": sent}).encode())
-            totals[k] += sent
-            sent += 1
-        producer.flush(10)
-        _, b = wait_for_barrier(settings, ["events", "sums"], {0: sent}, topic)
+        _, b = wait_for_barrier(settings, ["events", "sums"], records.send(n), topic)
         return b
 
     for n in (20, 10, 10):  # each barrier with new rows MERGEs into sums and replaces its files
@@ -86,7 +76,10 @@ def test_vacuum_keeps_what_a_repeatable_read_snapshot_and_the_jobs_need(
     state_b = send_and_wait(10)
     state = read_state(settings)
     got = {r["k"]: r["total"] for r in at(spark, settings, "sums", state.exact_points("sums")[state_b]).collect()}
-    assert got == dict(totals) and sum(Counter(totals).values()) == sum(range(sent))
+    totals: dict[int, int] = defaultdict(int)
+    for i, k in enumerate(records.sent):
+        totals[k] += i
+    assert got == dict(totals)
 
     with pytest.raises(VacuumError, match="unknown table"):
         vacuum(spark, settings, ["nope"])
