@@ -604,6 +604,11 @@ def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | N
     except ParseError as exc:
         click.echo(f"error: the SQL does not parse: {exc}", err=True)
         sys.exit(1)
+    registered = fetch(settings, "/topology")["tables"] if tables else {}
+    unknown = [t for t in tables if t not in registered]
+    if unknown:  # before starting Spark
+        click.echo(f"error: unknown table(s): {', '.join(unknown)}; registered: {', '.join(sorted(registered))}", err=True)
+        sys.exit(1)
     spark = build_session("lockstep-query", settings=settings)
     try:
         if not tables:  # only lineage tables: nothing to pin to a barrier

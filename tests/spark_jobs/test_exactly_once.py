@@ -26,7 +26,7 @@ from coordinator.settings import Settings
 from tests.spark_jobs.barriers import at, wait_for_barrier
 from tests.worker_fixtures import ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]  # eleven job starts
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]  # eight job starts
 
 PIPELINE = """
 CREATE TABLE events (k BIGINT, seq BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
@@ -34,7 +34,7 @@ CREATE TABLE per_key AS SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) 
 """
 KEYS = 7
 # Where each run dies: self-inflicted SIGKILL at a crash point, or killed from outside at random.
-RUNS = ["before_commit:0.5"] * 4 + ["before_completion:0.5"] * 3 + [None] * 3
+RUNS = ["before_commit:0.5"] * 3 + ["before_completion:0.5"] * 2 + [None] * 2
 
 
 def group_alive(pgid: int) -> bool:
@@ -123,14 +123,14 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
             ends: dict[int, int] = {}
             for p, off, *_ in feed.sent:
                 ends[p] = max(ends.get(p, 0), off + 1)
-            state, b = wait_for_barrier(settings, ["events", "per_key"], ends, topic, timeout=240)
+            state, b = wait_for_barrier(settings, ["events", "per_key"], ends, topic, timeout=420)
         finally:
             kill_group(proc)
     finally:
         feed.halt.set()
 
     self_kills = [crash for crash, code in outcomes if crash and code == -signal.SIGKILL]
-    assert len(self_kills) >= 5, f"crash points were not reached often enough: {outcomes}\n{log.read_text()[-3000:]}"
+    assert len(self_kills) >= 3, f"crash points were not reached often enough: {outcomes}\n{log.read_text()[-3000:]}"
     expected: Counter[int] = Counter(k for *_, k, _ in feed.sent)
     rows = at(spark, settings, "events", state.exact_points("events")[b]).collect()
     by_key: dict[int, list[int]] = {}
