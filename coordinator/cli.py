@@ -506,7 +506,8 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...]) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings)
-    supervisor = Supervisor(spark, pipeline, settings, jobs, report=lambda message: click.echo(message, err=True))
+    supervisor = Supervisor(spark, pipeline, settings, jobs, report=lambda message: click.echo(message, err=True),
+                            follow_status=True)
     supervisor.start()
     click.echo(f"running {len(supervisor.queries)} job(s): {', '.join(supervisor.queries)} (Ctrl-C stops)")
     try:

@@ -115,9 +115,10 @@ def start_jobs(spark: SparkSession, pipeline: Pipeline, settings: Settings,
 class Supervisor:
     """Keeps a pipeline's jobs running: a job that fails is reported and restarted after a
     backoff (1 s, 2 s, 4 s ... at most ``max_backoff``) while the others carry on; the restarted
-    job catches up from its checkpoint and its table's Delta history. A job that ``lockstep
-    stop`` ended is stopped here (FINISHED: after the barrier in progress; CANCELED or FAILED:
-    at once) and not restarted. ``hooks`` hear of every start and end (``spark_jobs.hooks``).
+    job catches up from its checkpoint and its table's Delta history. With ``follow_status``
+    (``lockstep run``), a job that ``lockstep stop`` ended is stopped here (FINISHED: after the
+    barrier in progress; CANCELED or FAILED: at once) and not restarted. ``hooks`` hear of every
+    start and end (``spark_jobs.hooks``).
 
     Example::
 
@@ -133,6 +134,7 @@ class Supervisor:
     report: Callable[[str], None] = lambda message: None
     max_backoff: float = 60.0
     hooks: Sequence[JobHooks] = ()
+    follow_status: bool = False  # stop jobs `lockstep stop` ended (reads their status once a second)
     finish_timeout: float = 120.0  # longest wait for the barrier in progress of a FINISHED job
     queries: dict[str, StreamingQuery] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
@@ -174,7 +176,7 @@ class Supervisor:
 
     def _ended_jobs(self, now: float) -> list[JobState]:
         """This process's jobs the coordinator records as ended (read at most once a second)."""
-        if now - self._status_read_at < 1.0 or not self.queries:
+        if not self.follow_status or now - self._status_read_at < 1.0 or not self.queries:
             return []
         self._status_read_at = now
         try:

@@ -67,7 +67,8 @@ def test_stop_finishes_or_cancels_a_job_and_run_again_continues_it(
         return subprocess.run([sys.executable, "-m", "coordinator.cli", *args], env=env, capture_output=True, text=True,
                               timeout=60, cwd=ROOT)
 
-    with supervised(spark, pipeline, settings, report=reports.append, hooks=[Broken(), hooks]) as supervisor:
+    with supervised(spark, pipeline, settings, report=reports.append, hooks=[Broken(), hooks],
+                    follow_status=True) as supervisor:
         assert [what for what, _ in hooks.events] == ["created"] * 3  # the broken hook did not stop the others
         assert sum("Broken.on_created failed" in r for r in reports) == 3
         wait_for_barrier(settings, ["events", "sums", "counts"], send(30), topic)
