@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,23 +26,16 @@ from coordinator.settings import Settings
 from coordinator.stream.coordinator import now_ms
 from coordinator.stream.topics import Topics
 from spark_jobs.faults import crash_point
+from spark_jobs.session import session_conf
 
 
-@contextmanager
-def barrier_txn(spark: SparkSession, app_id: str, barrier: int, metadata: str) -> Iterator[None]:
+def barrier_txn(spark: SparkSession, app_id: str, barrier: int, metadata: str) -> AbstractContextManager[None]:
     """Session settings that make DML (MERGE, overwrite via SQL) idempotent for one barrier."""
-    keys = {
+    return session_conf(spark, {
         "spark.databricks.delta.write.txnAppId": app_id,
         "spark.databricks.delta.write.txnVersion": str(barrier),
         "spark.databricks.delta.commitInfo.userMetadata": metadata,
-    }
-    for k, v in keys.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k in keys:
-            spark.conf.unset(k)
+    })
 
 
 @dataclass

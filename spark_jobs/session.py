@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -85,3 +86,19 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("LOCKSTEP_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+@contextmanager
+def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Set SQL confs of ``spark`` for the block, then put back what was there (or unset)."""
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

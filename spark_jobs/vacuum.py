@@ -30,6 +30,7 @@ from coordinator.domain import MetaState
 from coordinator.domain.retention import Keep, versions_to_keep
 from coordinator.settings import Settings
 from coordinator.stream.follower import read_state
+from spark_jobs.session import session_conf
 
 SAFETY_MS = 1000  # only files written this long before the floor's commit may go (clock and write skew)
 VACUUM_CONF = {
@@ -82,21 +83,12 @@ def _vacuum_table(spark: SparkSession, path: str, name: str, state: MetaState, r
     if not inventory:
         return VacuumReport(name, floor, keeps, [], dry_run)
     spark.createDataFrame(inventory, INVENTORY).createOrReplaceTempView("__lockstep_vacuum_inventory")
-    previous = {key: spark.conf.get(key, None) for key in VACUUM_CONF}
-    for key, value in VACUUM_CONF.items():
-        spark.conf.set(key, value)
-    try:
+    with session_conf(spark, VACUUM_CONF):
         sql = f"VACUUM delta.`{path}` USING INVENTORY (SELECT * FROM __lockstep_vacuum_inventory) RETAIN 0 HOURS"
         files = [r[0] for r in spark.sql(sql + " DRY RUN").collect()]
         if not dry_run and files:
             spark.sql(sql).collect()
             files = [f for f in files if not Path(_local(f)).exists()]
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
     return VacuumReport(name, floor, keeps, sorted(files), dry_run)
 
 
