@@ -28,6 +28,7 @@ from coordinator.domain import (
     CommandOutcome,
     DeclareTable,
     DeregisterJob,
+    DropTable,
     RegisterJob,
     ReleaseLease,
     RequestRevision,
@@ -341,6 +342,15 @@ def emit_request_revision(ctx: click.Context, table: str, to_barrier: int, full:
     send(ctx.obj, command, ctx.meta["timeout"])
 
 
+@emit_group.command("drop-table")
+@click.argument("name")
+@click.option("--reason", default="", help="Why, for the record.")
+@click.pass_context
+def emit_drop_table(ctx: click.Context, name: str, reason: str) -> None:
+    """Remove a table that never committed a barrier (its Delta files are not touched)."""
+    send(ctx.obj, DropTable(ctx.meta["request_id"], name, reason), ctx.meta["timeout"])
+
+
 cli.add_command(emit_group, name="emit")
 
 
@@ -379,6 +389,8 @@ def topology(settings: Settings, fmt: str) -> None:
         for name, t in body["tables"].items():
             table.add_row(name, t["kind"], t["writer"] or "-", str(t["generation"]), ", ".join(reads.get(name, [])))
         Console().print(table)
+        if body.get("pending"):
+            click.echo(f"being created (CREATE TABLE AS SELECT, no barrier committed yet): {', '.join(body['pending'])}")
 
 
 @cli.command()
@@ -480,13 +492,20 @@ def load_or_exit(path: str) -> Any:
 @cli.command()
 @click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--job", "jobs", multiple=True, help="Run only this job (job id or sink table); repeatable.")
+@click.option("--max-restarts", type=click.IntRange(0), default=None,
+              help="Give a failing job up after this many restarts and record it FAILED (default: never).")
 @click.pass_obj
-def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...]) -> None:
+def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_restarts: int | None) -> None:
     """Register a pipeline's tables and jobs with the coordinator, then run its jobs.
 
     Any rejection is printed and nothing starts. Each job is its own streaming query with
     its own checkpoint under $LOCKSTEP_HOME/checkpoints; a job that fails is reported and
     restarted with a growing backoff while the others carry on. Ctrl-C stops them all.
+
+    A table made by CREATE TABLE AS SELECT appears (to readers and `lockstep topology`) once its
+    first barrier is committed; if its job ends before that, the table and its files are removed.
+    Running a pipeline again with a changed query is accepted: new barriers use it, and
+    `lockstep revise TABLE --to-barrier B` recomputes the barriers after B with it.
     """
     from coordinator.domain.errors import Rejected
     from spark_jobs.runner import Supervisor, register_pipeline
@@ -498,16 +517,18 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...]) -> None:
     if unknown:
         raise click.UsageError(f"no job or table {', '.join(unknown)} in {pipeline_file}; known: {', '.join(sorted(known))}")
     try:
-        register_pipeline(settings, pipeline)
+        registered = register_pipeline(settings, pipeline)
     except Rejected as exc:
         click.echo(f"rejected: {exc}; nothing was started", err=True)
         sys.exit(1)
     except Unreachable as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    for table in sorted({t.name for t in pipeline.derived} - {t.name for t in registered.derived}):
+        click.echo(f"table {table} exists already: its CREATE TABLE IF NOT EXISTS does nothing", err=True)
     spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings)
-    supervisor = Supervisor(spark, pipeline, settings, jobs, report=lambda message: click.echo(message, err=True),
-                            follow_status=True)
+    supervisor = Supervisor(spark, registered, settings, jobs, report=lambda message: click.echo(message, err=True),
+                            follow_status=True, max_restarts=max_restarts)
     supervisor.start()
     click.echo(f"running {len(supervisor.queries)} job(s): {', '.join(supervisor.queries)} (Ctrl-C stops)")
     try:
@@ -546,6 +567,42 @@ def stop_job(settings: Settings, job: str, cancel: bool, reason: str | None, tim
     send(settings, DeregisterJob(new_request_id(), job, status, reason), timeout)
     click.echo(f"job {job} recorded {status}; the process running it stops it "
                + ("now" if cancel else "after the barrier in progress"))
+
+
+@cli.command("revise")
+@click.argument("table")
+@click.option("--to-barrier", "barrier", type=click.IntRange(0), default=None,
+              help="Keep the exact points up to this barrier; recompute everything after it.")
+@click.option("--full", is_flag=True, help="Empty the tables and recompute them from the start of their input.")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the coordinator's outcome.")
+@click.pass_obj
+def revise(settings: Settings, table: str, barrier: int | None, full: bool, timeout: float) -> None:
+    """Recompute TABLE and every table downstream of it from a barrier, while the pipeline runs.
+
+    Use it when a table's data went wrong: after fixing a job's query (edit the pipeline file and
+    run `lockstep run` again), or to re-ingest a root table from its Kafka topic. Each table in
+    the closure gets a new generation: its exact points after the barrier stop counting at once
+    (consistent reads fall back to the barrier), a root table is put back to its exact point at
+    the barrier and re-reads its topic from that barrier's cut, derived tables are recomputed
+    from their sources; the jobs running them switch over by themselves. Tables outside the
+    closure are not touched.
+
+    Exit 0 accepted, 1 rejected (unknown table, no exact point at that barrier), 2 unreachable.
+    """
+    if (barrier is None) == (not full):
+        raise click.UsageError("give --to-barrier B or --full (one of them)")
+    command = RequestRevision(new_request_id(), table, 0 if full else barrier, full)
+    try:
+        outcome = emit(settings, command, timeout)
+    except Unreachable as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if not outcome.accepted:
+        click.echo(f"rejected: {outcome.reason}", err=True)
+        sys.exit(1)
+    closure = [k.partition(":")[2] for k in outcome.keys if k.startswith("table:")]
+    start = "from scratch" if full else f"from barrier {barrier}"
+    click.echo(f"revising {', '.join(closure)} {start}; their running jobs switch to the new generation")
 
 
 @cli.command()

@@ -29,34 +29,51 @@ from spark_jobs.faults import crash_point
 from spark_jobs.session import session_conf
 
 
-def barrier_txn(spark: SparkSession, app_id: str, barrier: int, metadata: str) -> AbstractContextManager[None]:
+def barrier_txn(spark: SparkSession, app_id: str, barrier: int, metadata: str,
+                extra: dict[str, str] | None = None) -> AbstractContextManager[None]:
     """Session settings that make DML (MERGE, overwrite via SQL) idempotent for one barrier."""
     return session_conf(spark, {
         "spark.databricks.delta.write.txnAppId": app_id,
         "spark.databricks.delta.write.txnVersion": str(barrier),
         "spark.databricks.delta.commitInfo.userMetadata": metadata,
+        **(extra or {}),
     })
+
+
+# A table created by its first write gets these properties from the session defaults.
+NEW_TABLE_DEFAULTS = {"spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true"}
 
 
 @dataclass
 class DeltaSink:
-    """A job's sink table: creation, barrier-stamped writes, and barrier -> version lookup."""
+    """A job's sink table: creation, barrier-stamped writes, and barrier -> version lookup.
+
+    With ``create_on_first_write`` (CREATE TABLE AS SELECT) nothing is created up front: the
+    first barrier's write creates the table, so its version 0 already holds that barrier's
+    rows and a job that fails before it leaves no table behind."""
 
     spark: SparkSession
     path: str
     job_id: str
-    schema: str | StructType  # DDL ("a BIGINT, b STRING") or a Spark schema
+    schema: str | StructType | None  # DDL ("a BIGINT, b STRING") or a Spark schema; None: from the first write
+    create_on_first_write: bool = False
     versions: dict[tuple[int, int], int] = field(default_factory=dict)  # (generation, barrier) -> version
     # (generation, barrier) -> the source versions an intermediate job read for that commit
     sources: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
+    # (generation, barrier) -> fingerprint of the query that computed that commit
+    queries: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._clear_unfinished_create()
-        schema = self.spark.createDataFrame([], self.schema).schema
-        DeltaTable.createIfNotExists(self.spark).location(self.path).addColumns(schema).property(
-            "delta.enableChangeDataFeed", "true"
-        ).execute()
-        self._load_history()
+        self.exists = DeltaTable.isDeltaTable(self.spark, self.path)
+        if not self.exists and not self.create_on_first_write:
+            schema = self.spark.createDataFrame([], self.schema).schema
+            DeltaTable.createIfNotExists(self.spark).location(self.path).addColumns(schema).property(
+                "delta.enableChangeDataFeed", "true"
+            ).execute()
+            self.exists = True
+        if self.exists:
+            self._load_history()
 
     def _clear_unfinished_create(self) -> None:
         """A process killed while creating the table can leave a ``_delta_log`` without any
@@ -73,6 +90,8 @@ class DeltaSink:
                 self.versions[at] = int(row["version"])
                 if "sources" in meta:
                     self.sources[at] = {str(k): int(v) for k, v in meta["sources"].items()}
+                if "query" in meta:
+                    self.queries[at] = str(meta["query"])
 
     def last_commit(self, generation: int, before: int) -> tuple[int, int] | None:
         """(barrier, version) of this generation's newest commit for a barrier before ``before``."""
@@ -82,10 +101,13 @@ class DeltaSink:
     def app_id(self, generation: int) -> str:
         return f"{self.job_id}#g{generation}"
 
-    def metadata(self, barrier: int, generation: int, sources: dict[str, int] | None = None) -> str:
+    def metadata(self, barrier: int, generation: int, sources: dict[str, int] | None = None,
+                 query: str | None = None) -> str:
         meta: dict[str, object] = {"barrier": barrier, "job": self.job_id, "generation": generation}
         if sources is not None:
             meta["sources"] = sources
+        if query is not None:
+            meta["query"] = query
         return json.dumps(meta)
 
     def version_at(self, barrier: int, generation: int) -> int:
@@ -94,23 +116,38 @@ class DeltaSink:
         earlier = [v for (g, b), v in self.versions.items() if b <= barrier and g <= generation]
         return max(earlier, default=0)
 
+    def restore(self, barrier: int, generation: int, version: int | None) -> None:
+        """Make the table what it was at ``version`` (None: empty) as ``generation``'s state at
+        ``barrier``: where a revised root job starts over. Once per generation: a commit of the
+        generation (this restore included) means it was done."""
+        if any(g == generation for g, _ in self.versions) or not self.exists:
+            return
+        where = f"delta.`{self.path}`"
+        with barrier_txn(self.spark, self.app_id(generation), barrier, self.metadata(barrier, generation)):
+            self.spark.sql(f"DELETE FROM {where}" if version is None else f"RESTORE TABLE {where} TO VERSION AS OF {version}")
+        self._load_history()
+
     def commit(self, barrier: int, generation: int, write: Callable[[], None],
-               sources: dict[str, int] | None = None) -> int:
+               sources: dict[str, int] | None = None, query: str | None = None) -> int:
         """Run ``write`` under the barrier's txn; return the version that holds the barrier.
-        ``sources`` (an intermediate job's source versions) is kept in the commit's metadata, so
-        a restarted job knows which source versions its table reflects."""
+        ``sources`` (an intermediate job's source versions) and ``query`` (a fingerprint of its
+        query) are kept in the commit's metadata, so a restarted job knows what its table reflects."""
         known = self.versions.get((generation, barrier))
         if known is not None:
             return known  # committed before a crash: Delta would skip the write anyway
         crash_point("before_commit")
-        with barrier_txn(self.spark, self.app_id(generation), barrier, self.metadata(barrier, generation, sources)):
+        with barrier_txn(self.spark, self.app_id(generation), barrier, self.metadata(barrier, generation, sources, query),
+                         None if self.exists else NEW_TABLE_DEFAULTS):
             write()
+        self.exists = True
         history = DeltaTable.forPath(self.spark, self.path).history(1).first()
         meta = _metadata(history["userMetadata"])
         if meta.get("job") == self.job_id and meta.get("barrier") == barrier:
             self.versions[(generation, barrier)] = int(history["version"])
             if sources is not None:
                 self.sources[(generation, barrier)] = dict(sources)
+            if query is not None:
+                self.queries[(generation, barrier)] = query
             return int(history["version"])
         self._load_history()  # the write was a no-op: find the version of the earlier commit
         return self.versions.get((generation, barrier), self.version_at(barrier, generation))

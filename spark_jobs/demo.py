@@ -185,7 +185,7 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             stack.enter_context(_coordinator(settings, say))
             if ensure_topic(settings, topic, partitions=2):
                 say(f"created topic {topic} (2 partitions)")
-            register_pipeline(settings, pipeline)
+            pipeline = register_pipeline(settings, pipeline)
             say(f"registered {options.pipeline.name}: " + ", ".join(f"{j.job_id} -> {j.sink}" for j in pipeline.jobs))
             os.environ.setdefault("LOCKSTEP_SPARK_LOG_LEVEL", "ERROR")  # keep the live view readable
             spark = build_session("lockstep-demo", settings=settings)

@@ -6,6 +6,10 @@ micro-batch covers whole barriers ``(start, end]`` and never splits one. Each ro
 is one barrier with what the job needs to process it (cuts, or source versions); the job's
 ``foreachBatch`` then commits one Delta version per barrier and publishes a completion.
 
+An offset also names the job's generation: when a revision bumps it, the next micro-batch
+starts over from the revision's barrier in the new generation (the running query follows;
+nothing restarts it). A revised root job's first barrier carries ``restore_to``.
+
 The reader runs in Spark's Python source runner, a separate process: it folds the state
 topics itself with the same StateReader as every other component.
 
@@ -55,15 +59,23 @@ class BarrierWork:
     offsets: list[tuple[str, int, int, int]] = field(default_factory=list)
     # intermediate jobs: source table -> Delta version at this barrier
     source_versions: dict[str, int] = field(default_factory=dict)
+    # the first barrier of a revised root job: first put its table back to its state at the
+    # revision's barrier, (barrier, version), where version EMPTY means no rows (--full)
+    restore_to: tuple[int, int] | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"offsets": self.offsets, "source_versions": self.source_versions})
+        return json.dumps({"offsets": self.offsets, "source_versions": self.source_versions,
+                           "restore_to": self.restore_to})
 
     @classmethod
     def from_row(cls, row: Any) -> BarrierWork:
         info = json.loads(row["info"])
         return cls(row["barrier"], row["generation"], row["ts_ms"],
-                   [tuple(o) for o in info["offsets"]], info["source_versions"])
+                   [tuple(o) for o in info["offsets"]], info["source_versions"],
+                   tuple(info["restore_to"]) if info.get("restore_to") else None)
+
+
+EMPTY = -1  # restore_to for a revision from scratch (--full)
 
 
 def ready_barrier(state: MetaState, job: JobState) -> int:
@@ -80,6 +92,7 @@ def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int 
     out = []
     previous = start
     points = {s: state.exact_points(s) for s in job.sources}  # empty for root jobs
+    restore = _restore_point(state, job) if job.external_topics and start == job.resume_barrier else None
     for b in commit_points(start, end, stride):
         announced = state.barriers.get(b)
         if announced is None or not all(b in p for p in points.values()):
@@ -90,11 +103,20 @@ def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int 
             ends = {(c.topic, c.partition): c.offset for c in announced.cut if c.topic in job.external_topics}
             before = {} if first else _cut_before(state, previous, set(ends))
             offsets = [(t, p, before.get((t, p), -2), end) for (t, p), end in ends.items()]
-            out.append(replace(work, offsets=offsets))
+            out.append(replace(work, offsets=offsets, restore_to=None if out else restore))
         else:
             out.append(replace(work, source_versions={s: p[b] for s, p in points.items()}))
         previous = b
     return out
+
+
+def _restore_point(state: MetaState, job: JobState) -> tuple[int, int] | None:
+    """Where a revised root job's table goes back to before it re-ingests: (the revision's
+    barrier, the version of its exact point there, or EMPTY from scratch). None if not revised."""
+    b = job.restart_from_barrier
+    if b is None:
+        return None
+    return b, state.exact_points(job.sink).get(b, EMPTY) if b else EMPTY
 
 
 def _cut_before(state: MetaState, barrier: int, needed: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -161,19 +183,26 @@ class BarrierReader(DataSourceStreamReader):
         return job
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 - pyspark API
-        return {"barrier": self._job(self._state()).resume_barrier}
+        job = self._job(self._state())
+        return {"barrier": job.resume_barrier, "generation": job.generation}
 
     def latestOffset(self) -> dict[str, int]:  # noqa: N802 - pyspark API
         state = self._state()
         job = self._job(state)
         if job.status in END_STATUSES and self._latest is not None:
             return self._latest  # stopped (`lockstep stop`): no barrier after the one in progress
-        self._latest = {"barrier": max(job.resume_barrier, ready_barrier(state, job))}
+        self._latest = {"barrier": max(job.resume_barrier, ready_barrier(state, job)), "generation": job.generation}
         return self._latest
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         state = self._state()
-        work = work_for(state, self._job(state), start["barrier"], end["barrier"], int(self.options.get("catchup_stride", 10)))
+        job = self._job(state)
+        first = start["barrier"]
+        if start.get("generation", 0) != end.get("generation", 0):
+            first = job.resume_barrier  # revised: start over from the revision's barrier
+        work = []
+        if end.get("generation", 0) == job.generation:  # else revised again meanwhile: the next batch
+            work = work_for(state, job, first, end["barrier"], int(self.options.get("catchup_stride", 10)))
         rows = [(w.barrier, w.generation, w.ts_ms, w.to_json()) for w in work]
         return [InputPartition(json.dumps(rows))]
 

@@ -1,8 +1,8 @@
 """Job status hooks: code that runs when a job starts or ends, in the process that runs it.
 
 The Supervisor calls every registered hook with a ``JobEvent``: ``on_created`` when it starts a
-job for the first time, ``on_failed`` when the job's query dies with an error (it is then
-restarted), ``on_finished`` / ``on_canceled`` when ``lockstep stop`` ended it. A hook that
+job for the first time, ``on_failed`` when the job's query dies with an error (status RUNNING:
+it is restarted; FAILED: the Supervisor gave it up after ``max_restarts``), ``on_finished`` / ``on_canceled`` when ``lockstep stop`` ended it. A hook that
 raises is reported and does not stop the job or the other hooks.
 
 Example::
@@ -42,7 +42,8 @@ class JobHooks:
         """The job was stopped after the barrier it was on (``lockstep stop JOB``)."""
 
     def on_failed(self, event: JobEvent) -> None:
-        """The job's query died with ``event.error``; the Supervisor restarts it after a backoff."""
+        """The job's query died with ``event.error``; RUNNING: it is restarted after a backoff,
+        FAILED: it was given up."""
 
     def on_canceled(self, event: JobEvent) -> None:
         """The job was stopped at once (``lockstep stop JOB --cancel``)."""

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from coordinator.stream.coordinator import now_ms
 from spark_jobs.commits import CompletionPublisher, DeltaSink, merge_by_key
-from spark_jobs.epochs import BarrierWork
+from spark_jobs.epochs import EMPTY, BarrierWork
 from spark_jobs.formats import check_avro_schema, decode, reason
 from spark_jobs.pipeline import RootTable
 
@@ -61,6 +61,8 @@ class RootIngestion:
 
     def process(self, work: BarrierWork) -> None:
         started = now_ms()
+        if work.restore_to is not None:
+            self._restore(work)
         raw = self.read_range(work)
         counts = (0, 0, 0)
         version = None
@@ -70,6 +72,15 @@ class RootIngestion:
             version = self.sink.version_at(work.barrier, work.generation)
         self.publisher.publish(self.job_id, self.table.name, work.barrier, work.generation, version, started,
                                counts, offsets=work.offsets)
+
+    def _restore(self, work: BarrierWork) -> None:
+        """Revised: put the table back to its exact point at the revision's barrier (and the dead
+        letters to their newest commit at or before it), so re-ingesting from there adds no copies."""
+        assert work.restore_to is not None
+        barrier, version = work.restore_to
+        self.sink.restore(barrier, work.generation, None if version == EMPTY else version)
+        dead = max((v for (g, b), v in self.dlq.versions.items() if b <= barrier and g < work.generation), default=None)
+        self.dlq.restore(barrier, work.generation, None if version == EMPTY else dead)
 
     def _ingest(self, raw: DataFrame, work: BarrierWork) -> tuple[int | None, tuple[int, int, int]]:
         # Cache only what the write needs; the raw bytes of rejected records (rare) are read again.

@@ -20,10 +20,10 @@ always computed from the snapshots.
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -55,11 +55,14 @@ class TableMaintainer:
     publisher: CompletionPublisher
 
     def __post_init__(self) -> None:
-        self.sink: DeltaSink | None = None
+        # The table is created by its first barrier's write (CREATE TABLE AS SELECT is atomic).
+        self.sink = DeltaSink(self.spark, self._path(self.table.name), self.job_id, None, create_on_first_write=True)
         self.schema: StructType | None = None
-        if DeltaTable.isDeltaTable(self.spark, self._path(self.table.name)):  # not if a kill cut its creation short
-            self._open_sink(self.spark.read.format("delta").load(self._path(self.table.name)).schema)
-        self.base: tuple[dict[str, int], int] | None = None  # source versions reflected, and the sink version
+        if self.sink.exists:
+            self.schema = self.spark.read.format("delta").load(self.sink.path).schema
+        # generation, the source versions reflected, and the sink version
+        self.base: tuple[int, dict[str, int], int] | None = None
+        self.query_id = hashlib.sha256(self.table.query.encode()).hexdigest()[:16]
         self._cached: list[DataFrame] = []
 
     # -- reading sources ------------------------------------------------------------------------
@@ -91,7 +94,7 @@ class TableMaintainer:
     def process(self, work: BarrierWork) -> None:
         started = now_ms()
         sources = dict(work.source_versions)
-        done = self.sink.versions.get((work.generation, work.barrier)) if self.sink else None
+        done = self.sink.versions.get((work.generation, work.barrier))
         counts = (0, 0, 0)
         if done is not None:  # committed before a restart: only the completion may be missing
             version = done
@@ -103,34 +106,33 @@ class TableMaintainer:
                 version, counts = self._recompute(work)
             else:
                 version, counts = self._apply(work, base)
-        self.base = (sources, version)
+        self.base = (work.generation, sources, version)
         self.publisher.publish(self.job_id, self.table.name, work.barrier, work.generation, version, started,
                                counts, source_versions=sources)
 
     def _base(self, work: BarrierWork) -> tuple[dict[str, int], int] | None:
-        if self.base is not None:
-            return self.base
-        last = self.sink.last_commit(work.generation, work.barrier) if self.sink else None
-        sources = self.sink.sources.get((work.generation, last[0])) if self.sink and last else None
-        return None if sources is None or last is None else (sources, last[1])
-
-    def _open_sink(self, schema: StructType) -> DeltaSink:
-        if self.sink is None:
-            self.sink = DeltaSink(self.spark, self._path(self.table.name), self.job_id, schema)
-            self.schema = schema
-        return self.sink
+        """What the table reflects before ``work``: None (recompute) in a new generation (a
+        revision) or when the job's query changed since the table's last commit."""
+        if self.base is not None and self.base[0] == work.generation:
+            return self.base[1], self.base[2]
+        last = self.sink.last_commit(work.generation, work.barrier)
+        if last is None or self.sink.queries.get((work.generation, last[0]), self.query_id) != self.query_id:
+            return None
+        sources = self.sink.sources.get((work.generation, last[0]))
+        return None if sources is None else (sources, last[1])
 
     def _recompute(self, work: BarrierWork) -> tuple[int, tuple[int, int, int]]:
         """Compute the whole table from the sources' snapshots at the barrier and overwrite it."""
         self._bind_snapshots(work)
         result = self.spark.sql(self.plan.full_query or self.plan.query).cache()  # counted and written once
         try:
-            sink = self._open_sink(result.schema)
+            sink = self.sink
+            self.schema = result.schema
             rows = result.count()
             version = sink.commit(
                 work.barrier, work.generation,
-                lambda: result.write.format("delta").mode("overwrite").save(sink.path),
-                work.source_versions,
+                lambda: result.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(sink.path),
+                work.source_versions, self.query_id,
             )
         finally:
             result.unpersist()
@@ -147,9 +149,8 @@ class TableMaintainer:
             changed = merge_rows.count()  # computes the change once; the MERGE reads it from the cache
             if not changed:
                 return old_sink, (0, 0, 0)
-            sink = self.sink
-            assert sink is not None
-            version = sink.commit(work.barrier, work.generation, lambda: self._merge(merge_rows), work.source_versions)
+            version = self.sink.commit(work.barrier, work.generation, lambda: self._merge(merge_rows),
+                                       work.source_versions, self.query_id)
             return version, (changed, changed, 0)
         finally:
             for frame in self._cached:
@@ -220,7 +221,6 @@ class TableMaintainer:
     def _fold_groups(self, net: DataFrame, old_sink: int, work: BarrierWork) -> DataFrame:
         """New values of the changed groups: arithmetic on SUM/COUNT/AVG, and a recompute from
         the snapshots for groups whose MIN/MAX lost its extreme value or that COUNT(DISTINCT)."""
-        assert self.sink is not None
         columns = self._columns()
         visible = [c for c in columns if not c.startswith(HIDDEN)]
         key = self._key()  # the GROUP BY columns
@@ -285,7 +285,6 @@ class TableMaintainer:
         return upserts.unionByName(deletes)
 
     def _merge(self, rows: DataFrame) -> None:
-        assert self.sink is not None
         if DELETE not in rows.columns:
             rows.write.format("delta").mode("append").save(self.sink.path)
             return

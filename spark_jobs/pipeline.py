@@ -87,6 +87,10 @@ class Pipeline:
         derived = tuple(Job(f"maintain_{t.name}", t.name, sources=t.sources, sql=t.query) for t in self.derived)
         return roots + derived
 
+    def without(self, names: set[str]) -> Pipeline:
+        """This pipeline minus the derived tables named (and so their jobs)."""
+        return Pipeline(self.roots, tuple(t for t in self.derived if t.name not in names)) if names else self
+
     def table(self, name: str) -> RootTable | DerivedTable:
         for t in (*self.roots, *self.derived):
             if t.name == name:

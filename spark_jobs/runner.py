@@ -18,13 +18,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from coordinator.client import emit, new_request_id
-from coordinator.domain import CommandOutcome, DeclareTable, JobState, RegisterJob
+from coordinator.domain import Command, DeclareTable, DeregisterJob, JobState, RegisterJob
 from coordinator.domain.errors import Rejected
-from coordinator.domain.events import CANCELED, END_STATUSES, FINISHED, RUNNING
+from coordinator.domain.events import CANCELED, END_STATUSES, FAILED, FINISHED, RUNNING
 from coordinator.settings import Settings
-from coordinator.stream.follower import StateReader
+from coordinator.stream.follower import StateReader, read_state
 from coordinator.stream.topics import Topics
 from spark_jobs.commits import CompletionPublisher
+from spark_jobs.ctas import CtasCleanup
 from spark_jobs.epochs import BarrierWork, register_barrier_source, settings_options
 from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.ingest import RootIngestion
@@ -33,19 +34,38 @@ from spark_jobs.pipeline import DerivedTable, Job, Pipeline, RootTable
 from spark_jobs.plans import Plan, plan_query, shapes_of
 
 
-def register_pipeline(settings: Settings, pipeline: Pipeline, timeout: float = 30.0) -> list[CommandOutcome]:
-    """Declare every table and register every job; the first rejection raises Rejected."""
-    commands = [
+def register_pipeline(settings: Settings, pipeline: Pipeline, timeout: float = 30.0) -> Pipeline:
+    """Declare every table and register every job; the first rejection raises Rejected.
+
+    Returns the pipeline to run: without the ``CREATE TABLE IF NOT EXISTS ... AS SELECT``
+    statements whose table already exists and is not theirs (those do nothing)."""
+    skip = _existing_elsewhere(settings, pipeline)
+    pipeline = pipeline.without(skip)
+    commands: list[Command] = [
         DeclareTable(new_request_id(), t.name, "root", t.primary_key, t.schema_ddl) for t in pipeline.roots
-    ] + [DeclareTable(new_request_id(), t.name, "intermediate") for t in pipeline.derived if t.declared_here]
+    ] + [DeclareTable(new_request_id(), t.name, "intermediate", ctas=True) for t in pipeline.derived if t.declared_here]
     commands += [RegisterJob(new_request_id(), j.job_id, j.sink, j.sources, j.external_topics, j.sql) for j in pipeline.jobs]
-    outcomes = []
     for command in commands:
         outcome = emit(settings, command, timeout)
         if not outcome.accepted:
             raise Rejected(f"{outcome.command} {getattr(command, 'name', getattr(command, 'job_id', ''))}: {outcome.reason}")
-        outcomes.append(outcome)
-    return outcomes
+    return pipeline
+
+
+def _existing_elsewhere(settings: Settings, pipeline: Pipeline) -> set[str]:
+    """IF NOT EXISTS tables that exist already, other than by this very statement (same job,
+    same query: running the pipeline again runs it again)."""
+    asked = [t for t in pipeline.derived if t.if_not_exists]
+    if not asked:
+        return set()
+    state = read_state(settings)
+    jobs = {j.sink: j for j in pipeline.jobs}
+
+    def ours(table: str) -> bool:
+        known = state.jobs.get(jobs[table].job_id)
+        return known is not None and (known.sink, known.sql) == (table, jobs[table].sql)
+
+    return {t.name for t in asked if t.name in state.tables and not ours(t.name)}
 
 
 def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Settings,
@@ -117,8 +137,9 @@ class Supervisor:
     backoff (1 s, 2 s, 4 s ... at most ``max_backoff``) while the others carry on; the restarted
     job catches up from its checkpoint and its table's Delta history. With ``follow_status``
     (``lockstep run``), a job that ``lockstep stop`` ended is stopped here (FINISHED: after the
-    barrier in progress; CANCELED or FAILED: at once) and not restarted. ``hooks`` hear of every
-    start and end (``spark_jobs.hooks``).
+    barrier in progress; CANCELED or FAILED: at once) and not restarted. With ``max_restarts``, a
+    job that fails once more than that is given up and recorded FAILED. ``hooks`` hear of every
+    start and end (``spark_jobs.hooks``); the CTAS cleanup (``spark_jobs.ctas``) always listens.
 
     Example::
 
@@ -136,12 +157,16 @@ class Supervisor:
     hooks: Sequence[JobHooks] = ()
     follow_status: bool = False  # stop jobs `lockstep stop` ended (reads their status once a second)
     finish_timeout: float = 120.0  # longest wait for the barrier in progress of a FINISHED job
+    max_restarts: int | None = None  # None: restart a failing job forever
     queries: dict[str, StreamingQuery] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     ended: dict[str, str] = field(default_factory=dict)  # job id -> status, for jobs stopped here
     _retry_at: dict[str, float] = field(default_factory=dict)
     _status_reader: StateReader | None = None
     _status_read_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.hooks = [CtasCleanup(self.settings, self.report), *self.hooks]
 
     def start(self) -> None:
         for job in select_jobs(self.pipeline, self.only):
@@ -160,9 +185,12 @@ class Supervisor:
             if job_id not in self._retry_at:
                 error = query.exception()
                 self.failures[job_id] = self.failures.get(job_id, 0) + 1
+                first_line = str(error).splitlines()[0] if error else "stopped"
+                if self.max_restarts is not None and self.failures[job_id] > self.max_restarts:
+                    self._give_up(job, first_line)
+                    continue
                 delay = min(self.max_backoff, 2.0 ** (self.failures[job_id] - 1))
                 self._retry_at[job_id] = now + delay
-                first_line = str(error).splitlines()[0] if error else "stopped"
                 self.report(f"job {job_id} failed (the others keep running); restart in {delay:.0f} s: {first_line}")
                 self._tell("on_failed", JobEvent(job_id, job.sink, RUNNING, error=first_line))
             elif now >= self._retry_at[job_id]:
@@ -173,6 +201,20 @@ class Supervisor:
                 except Exception as exc:  # noqa: BLE001 - a restart that fails is retried like a failure
                     self.report(f"job {job_id} could not restart: {exc}")
                     self._retry_at[job_id] = now + min(self.max_backoff, 2.0 ** self.failures[job_id])
+
+    def _give_up(self, job: Job, error: str) -> None:
+        """Record a job that failed more than ``max_restarts`` times as FAILED and let it be."""
+        del self.queries[job.job_id]
+        self.ended[job.job_id] = FAILED
+        reason = f"failed {self.failures[job.job_id]} time(s): {error}"[:500]
+        try:
+            outcome = emit(self.settings, DeregisterJob(new_request_id(), job.job_id, FAILED, reason))
+            if not outcome.accepted:
+                self.report(f"could not record job {job.job_id} as FAILED: {outcome.reason}")
+        except Exception as exc:  # noqa: BLE001 - the job stays stopped here either way
+            self.report(f"could not record job {job.job_id} as FAILED: {exc}")
+        self.report(f"job {job.job_id} gave up after {self.failures[job.job_id]} failure(s) (FAILED): {error}")
+        self._tell("on_failed", JobEvent(job.job_id, job.sink, FAILED, reason, error))
 
     def _ended_jobs(self, now: float) -> list[JobState]:
         """This process's jobs the coordinator records as ended (read at most once a second)."""

@@ -30,6 +30,7 @@ from coordinator.domain.events import (
     CommandOutcome,
     DeclareTable,
     DeregisterJob,
+    DropTable,
     Fact,
     GenerationStart,
     JobState,
@@ -114,13 +115,33 @@ def _(cmd: DeclareTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone
         _check_identifier(f"primary key column of {cmd.name!r}", column)
     existing = state.tables.get(cmd.name)
     if existing is not None:
-        if (existing.kind, existing.primary_key, existing.schema) == (cmd.kind, cmd.primary_key, cmd.schema):
+        if (existing.kind, existing.primary_key, existing.schema, existing.ctas) == (
+            cmd.kind, cmd.primary_key, cmd.schema, cmd.ctas
+        ):
             return []  # declaring the same table again is a no-op, so pipelines can be re-run
+        made = "by CREATE TABLE AS SELECT" if existing.ctas else "by a declaration"
         raise Rejected(
-            f"table {cmd.name!r} already exists as a {existing.kind} table with a different definition "
+            f"table {cmd.name!r} already exists as a {existing.kind} table made {made} "
             f"(primary key {list(existing.primary_key)}); pick another name"
         )
-    return [TableState(cmd.name, cmd.kind, cmd.primary_key, cmd.schema, declared_at_ms=now_ms)]
+    return [TableState(cmd.name, cmd.kind, cmd.primary_key, cmd.schema, declared_at_ms=now_ms, ctas=cmd.ctas)]
+
+
+@_decide.register
+def _(cmd: DropTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+    _table(state, cmd.name)
+    writer = state.writer_of(cmd.name)
+    if writer is not None:
+        raise Rejected(f"table {cmd.name!r} is written by running job {writer.job_id!r}: stop it first "
+                       f"(lockstep stop {writer.job_id})")
+    readers = sorted(j.job_id for j in state.active_jobs() if cmd.name in j.sources)
+    if readers:
+        raise Rejected(f"table {cmd.name!r} is read by running job(s) {', '.join(readers)}: stop them first")
+    done = sorted(state.completions.get(cmd.name, {}))
+    if done:
+        raise Rejected(f"table {cmd.name!r} holds data (barriers {done[0]}..{done[-1]} committed); only a table "
+                       "that never committed a barrier can be dropped")
+    return [Tombstone(f"table:{cmd.name}")]
 
 
 @_decide.register
@@ -143,28 +164,28 @@ def _(cmd: RegisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]
         )
     existing = state.jobs.get(cmd.job_id)
     if existing is not None and existing.status not in END_STATUSES:
-        same = (existing.sink, existing.sources, existing.external_topics, existing.sql) == (
-            cmd.sink,
-            cmd.sources,
-            cmd.external_topics,
-            cmd.sql,
-        )
-        if same:
+        if existing.sink != cmd.sink:
+            raise Rejected(
+                f"duplicate job id {cmd.job_id!r}: a running job with that id writes {existing.sink!r}, "
+                f"not {cmd.sink!r}; stop it first (lockstep stop {cmd.job_id}) or use another id"
+            )
+        if (existing.sources, existing.external_topics, existing.sql) == (cmd.sources, cmd.external_topics, cmd.sql):
             return []  # re-registering the same job is a no-op
-        raise Rejected(
-            f"duplicate job id {cmd.job_id!r}: a running job with that id writes {existing.sink!r} "
-            "with a different definition; deregister it first or use another id"
-        )
+        _check_cycles(state, cmd)
+        # A changed query: barriers the job commits from now on use it; `revise` recomputes earlier ones.
+        redefined = replace(existing, sources=cmd.sources, external_topics=cmd.external_topics, sql=cmd.sql,
+                            updated_at_ms=now_ms)
+        return [redefined]
     writer = state.writer_of(cmd.sink)
     if writer is not None and writer.job_id != cmd.job_id:
         raise Rejected(f"table {cmd.sink!r} already has a writer: job {writer.job_id!r} (a table has one writer)")
-    for source in cmd.sources:
-        cycle = [source] if source == cmd.sink else state.path(cmd.sink, source)
-        if cycle is not None:
-            loop = " -> ".join([*cycle, cmd.sink]) if source != cmd.sink else f"{source} -> {source}"
-            raise Rejected(f"job {cmd.job_id!r} would create a cycle: {loop}")
+    _check_cycles(state, cmd)
     # A table that already holds data (its job was stopped, or is replaced) is continued from
     # its newest exact point, so no input between that barrier and now is skipped.
+    # A table revised while it had no running writer: its first job of the new generation starts
+    # where the revision put it (and a root job restores the table to that point first).
+    started = any(c.generation == sink.generation for c in state.completions.get(cmd.sink, {}).values())
+    revised_from = sink.generations[-1].from_barrier if sink.generation > 0 and not started else None
     job = JobState(
         cmd.job_id,
         cmd.sink,
@@ -174,10 +195,19 @@ def _(cmd: RegisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]
         RUNNING,
         sink.generation,
         start_barrier=state.latest_exact(cmd.sink) or state.last_barrier(),
+        restart_from_barrier=revised_from,
         registered_at_ms=now_ms,
         updated_at_ms=now_ms,
     )
     return [job, replace(sink, writer=cmd.job_id)]
+
+
+def _check_cycles(state: MetaState, cmd: RegisterJob) -> None:
+    for source in cmd.sources:
+        cycle = [source] if source == cmd.sink else state.path(cmd.sink, source)
+        if cycle is not None:
+            loop = " -> ".join([*cycle, cmd.sink]) if source != cmd.sink else f"{source} -> {source}"
+            raise Rejected(f"job {cmd.job_id!r} would create a cycle: {loop}")
 
 
 @_decide.register

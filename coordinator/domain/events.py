@@ -69,6 +69,7 @@ class DeclareTable:
     kind: str
     primary_key: tuple[str, ...] = ()
     schema: str = ""
+    ctas: bool = False  # created by CREATE TABLE AS SELECT: hidden until its first exact point
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,16 @@ class RequestRevision:
     expected_generation: int | None = None
 
 
-Command = DeclareTable | RegisterJob | DeregisterJob | AcquireLease | ReleaseLease | RequestRevision
+@dataclass(frozen=True)
+class DropTable:
+    """Remove a table that never held data (a CTAS whose job ended before its first commit)."""
+
+    request_id: str
+    name: str
+    reason: str = ""
+
+
+Command = DeclareTable | RegisterJob | DeregisterJob | AcquireLease | ReleaseLease | RequestRevision | DropTable
 
 # -- facts -----------------------------------------------------------------------------------
 
@@ -133,6 +143,7 @@ class TableState:
     generation: int = 0
     generations: tuple[GenerationStart, ...] = (GenerationStart(0, 0),)
     declared_at_ms: int = 0
+    ctas: bool = False
 
 
 @dataclass(frozen=True)
@@ -216,6 +227,7 @@ EVENT_TYPES: Final[tuple[type, ...]] = (
     AcquireLease,
     ReleaseLease,
     RequestRevision,
+    DropTable,
     TableState,
     JobState,
     BarrierAnnounced,

@@ -45,6 +45,10 @@ def resolve_snapshot(
     unknown = [t for t in tables if t not in state.tables]
     if unknown:
         raise Rejected(f"unknown table(s): {', '.join(unknown)}")
+    pending = [t for t in tables if not state.created(t)]
+    if pending:
+        raise Rejected(f"table(s) {', '.join(pending)} are being created (CREATE TABLE AS SELECT): they can be "
+                       "read once their first barrier is committed")
     if as_of_barrier is not None and as_of_timestamp is not None:
         raise Rejected("give as_of_barrier or as_of_timestamp, not both")
     if as_of_timestamp is not None:

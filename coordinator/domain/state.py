@@ -66,7 +66,21 @@ class MetaState:
     def state_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
-    # -- topology --------------------------------------------------------------------------
+    # -- catalog and topology ------------------------------------------------------------------
+
+    def created(self, table: str) -> bool:
+        """Whether ``table`` is in the catalog: declared and, if a CTAS made it, holding its first
+        committed barrier. A CTAS table before that is invisible to readers and listings."""
+        t = self.tables.get(table)
+        return t is not None and (not t.ctas or table in self.completions)
+
+    def catalog(self) -> list[str]:
+        """Names of the tables readers can see, sorted."""
+        return sorted(t for t in self.tables if self.created(t))
+
+    def pending(self) -> list[str]:
+        """CTAS tables whose first barrier is not committed yet, sorted."""
+        return sorted(t for t in self.tables if not self.created(t))
 
     def active_jobs(self) -> Iterator[JobState]:
         return (j for j in self.jobs.values() if j.status not in END_STATUSES)

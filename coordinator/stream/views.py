@@ -10,8 +10,11 @@ from coordinator.domain.records import to_record
 
 
 def topology(state: MetaState) -> dict[str, Any]:
+    """Tables in the catalog (CTAS tables not yet created are listed under ``pending`` only)."""
     return {
-        "tables": {n: {"kind": t.kind, "writer": t.writer, "generation": t.generation} for n, t in sorted(state.tables.items())},
+        "tables": {n: {"kind": (t := state.tables[n]).kind, "writer": t.writer, "generation": t.generation}
+                   for n in state.catalog()},
+        "pending": state.pending(),
         "jobs": {
             j: {"sink": s.sink, "sources": list(s.sources), "external_topics": list(s.external_topics), "status": s.status}
             for j, s in sorted(state.jobs.items())
@@ -22,7 +25,7 @@ def topology(state: MetaState) -> dict[str, Any]:
 
 def table(state: MetaState, name: str) -> dict[str, Any] | None:
     t = state.tables.get(name)
-    if t is None:
+    if t is None or not state.created(name):
         return None
     points = state.exact_points(name)
     return {

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.domain import BarrierAnnounced, BarrierCompleted, CutEntry, MetaState
-from spark_jobs.epochs import ready_barrier, work_for
+from coordinator.domain import BarrierAnnounced, BarrierCompleted, CutEntry, MetaState, RequestRevision
+from spark_jobs.epochs import EMPTY, ready_barrier, work_for
 
 
 def barriers(n: int, per_barrier: int = 5) -> list[BarrierAnnounced]:
@@ -52,3 +52,29 @@ def test_intermediate_jobs_take_only_exact_points_of_all_sources(make_state: Cal
     assert ready_barrier(state, job) == 4
     work = work_for(state, job, 0, 4)
     assert [(w.barrier, w.source_versions) for w in work] == [(1, {"shopping": 11}), (2, {"shopping": 12}), (4, {"shopping": 14})]
+
+
+def test_a_revised_root_job_restores_then_re_reads_from_the_revision_barriers_cut(
+    make_state: Callable[..., MetaState],
+) -> None:
+    done = [BarrierCompleted("ingest_shopping", "shopping", b, 0, 10 + b) for b in (1, 2, 3, 4)]
+    done += [BarrierCompleted(j, t, 2, 0, 5) for j, t in (("amount_job", "user_item_amount"), ("price_job", "user_item_price"))]
+    state = make_state(*barriers(5), *done, RequestRevision("r", "shopping", 2), shopping_topology=True)
+    job = state.jobs["ingest_shopping"]
+    assert (job.generation, job.resume_barrier, state.latest_exact("shopping")) == (1, 2, 2)
+    work = work_for(state, job, job.resume_barrier, ready_barrier(state, job))
+    assert [(w.barrier, w.generation, w.restore_to) for w in work] == [(3, 1, (2, 12)), (4, 1, None), (5, 1, None)]
+    assert work[0].offsets == [("shopping_source", 0, 10, 15)]  # the records after barrier 2, once more
+    assert work_for(state, job, 3, 5)[0].restore_to is None  # restored once, at the start of the generation
+
+
+def test_a_full_revision_empties_the_root_table_and_reads_from_the_earliest_offset(
+    make_state: Callable[..., MetaState],
+) -> None:
+    done = [BarrierCompleted("ingest_shopping", "shopping", b, 0, 10 + b) for b in (1, 2)]
+    state = make_state(*barriers(3), *done, RequestRevision("r", "shopping", 0, full=True), shopping_topology=True)
+    job = state.jobs["ingest_shopping"]
+    first = work_for(state, job, job.resume_barrier, 3)[0]
+    assert (first.barrier, first.restore_to, first.offsets) == (1, (0, EMPTY), [("shopping_source", 0, -2, 5)])
+    derived = work_for(state, state.jobs["amount_job"], 0, 3)
+    assert derived == []  # the root's old exact points no longer count: it waits for the new generation

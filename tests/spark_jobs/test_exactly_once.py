@@ -26,7 +26,7 @@ from coordinator.settings import Settings
 from tests.spark_jobs.barriers import at, wait_for_barrier
 from tests.worker_fixtures import ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]  # eight job starts
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]  # six job starts
 
 PIPELINE = """
 CREATE TABLE events (k BIGINT, seq BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
@@ -34,7 +34,7 @@ CREATE TABLE per_key AS SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) 
 """
 KEYS = 7
 # Where each run dies: self-inflicted SIGKILL at a crash point, or killed from outside at random.
-RUNS = ["before_commit:0.5"] * 3 + ["before_completion:0.5"] * 2 + [None] * 2
+RUNS = ["before_commit:0.5"] * 2 + ["before_completion:0.5"] * 2 + [None]
 
 
 def group_alive(pgid: int) -> bool:

@@ -22,14 +22,15 @@ FINGERPRINT_HISTORY: dict[str, list[str]] = {
     "BarrierAnnounced": ["c7df0fb0e77eb945"],
     "BarrierCompleted": ["6aa223855f8bf9c5"],
     "CommandOutcome": ["22c00cfc68220b86"],
-    "DeclareTable": ["af759312e48266a8"],
+    "DeclareTable": ["af759312e48266a8", "677a03fa335dec4c"],
     "DeregisterJob": ["a1813e8723fd8b7c"],
+    "DropTable": ["a9bcea6c14709039"],
     "JobState": ["de03a1191a68fff0"],
     "LeaseState": ["c53a8fc6255c4253"],
     "RegisterJob": ["d68aca1f014d7178"],
     "ReleaseLease": ["4ba16faf21a75a71"],
     "RequestRevision": ["844b7f89978d3359"],
-    "TableState": ["a64befcbeb40566b"],
+    "TableState": ["a64befcbeb40566b", "aef45aad7b0a9ab4"],
 }
 
 

@@ -12,6 +12,7 @@ from coordinator.domain import (
     BarrierCompleted,
     DeclareTable,
     DeregisterJob,
+    DropTable,
     JobState,
     MetaState,
     RegisterJob,
@@ -99,6 +100,96 @@ def test_redeclaring_and_reregistering_the_same_thing_is_an_accepted_no_op(make_
     ):
         decision = decide(state, command, now_ms=9)
         assert decision.outcome.accepted and decision.facts == ()
+
+
+def test_a_running_job_registered_with_a_changed_query_keeps_its_place_and_uses_the_new_query(
+    make_state: MakeState,
+) -> None:
+    state = make_state(BarrierAnnounced(1, 100), BarrierCompleted("amount_job", "user_item_amount", 1, 0, 3),
+                       shopping_topology=True)
+    before = state.jobs["amount_job"]
+    decision = decide(state, RegisterJob("z", "amount_job", "user_item_amount", ("shopping",), sql="SELECT 2"), 9)
+    assert decision.outcome.accepted
+    (job,) = decision.facts
+    assert isinstance(job, JobState) and job.sql == "SELECT 2" and job.updated_at_ms == 9
+    assert (job.generation, job.start_barrier, job.status) == (before.generation, before.start_barrier, "RUNNING")
+
+
+def test_a_ctas_table_is_outside_the_catalog_until_its_first_barrier_is_committed(make_state: MakeState) -> None:
+    from coordinator.domain.errors import Rejected
+    from coordinator.domain.snapshot import resolve_snapshot
+
+    state = make_state(
+        DeclareTable("a", "totals", "intermediate", ctas=True),
+        RegisterJob("b", "maintain_totals", "totals", sources=("shopping",)),
+        BarrierAnnounced(1, 100),
+        BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4),
+        shopping_topology=True,
+    )
+    assert state.pending() == ["totals"] and "totals" not in state.catalog()
+    with pytest.raises(Rejected, match="being created"):
+        resolve_snapshot(state, ["totals"])
+    assert "already exists as a intermediate table made by CREATE TABLE AS SELECT" in rejection(
+        state, DeclareTable("c", "totals", "intermediate"))
+    state = make_state(
+        DeclareTable("a", "totals", "intermediate", ctas=True),
+        RegisterJob("b", "maintain_totals", "totals", sources=("shopping",)),
+        BarrierAnnounced(1, 100),
+        BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4),
+        BarrierCompleted("maintain_totals", "totals", 1, 0, 0),
+        shopping_topology=True,
+    )
+    assert state.pending() == [] and "totals" in state.catalog()
+    assert resolve_snapshot(state, ["totals", "shopping"]).versions == {"totals": 0, "shopping": 4}
+
+
+def test_only_a_table_that_never_committed_and_nobody_runs_on_can_be_dropped(make_state: MakeState) -> None:
+    state = make_state(
+        DeclareTable("a", "totals", "intermediate", ctas=True),
+        RegisterJob("b", "maintain_totals", "totals", sources=("shopping",)),
+        shopping_topology=True,
+    )
+    assert "written by running job 'maintain_totals'" in rejection(state, DropTable("c", "totals"))
+    stopped = make_state(DeregisterJob("c", "ingest_shopping", "FINISHED"), shopping_topology=True)
+    assert "read by running job(s) amount_job, price_job" in rejection(stopped, DropTable("d", "shopping"))
+    assert "unknown table 'nope'" in rejection(state, DropTable("c", "nope"))
+    state = make_state(BarrierAnnounced(1, 100), BarrierCompleted("amount_job", "user_item_amount", 1, 0, 3),
+                       DeregisterJob("c", "amount_job", "CANCELED"), shopping_topology=True)
+    assert "holds data (barriers 1..1 committed)" in rejection(state, DropTable("d", "user_item_amount"))
+    state = make_state(
+        DeclareTable("a", "totals", "intermediate", ctas=True),
+        RegisterJob("b", "maintain_totals", "totals", sources=("shopping",)),
+        DeregisterJob("c", "maintain_totals", "FAILED", "boom"),
+        shopping_topology=True,
+    )
+    decision = decide(state, DropTable("d", "totals", "CTAS failed"), 9)
+    assert decision.outcome.accepted and decision.facts == (Tombstone("table:totals"),)
+    after = make_state(
+        DeclareTable("a", "totals", "intermediate", ctas=True),
+        RegisterJob("b", "maintain_totals", "totals", sources=("shopping",)),
+        DeregisterJob("c", "maintain_totals", "FAILED", "boom"),
+        DropTable("d", "totals"),
+        DeclareTable("e", "totals", "intermediate"),  # the name is free again
+        shopping_topology=True,
+    )
+    assert not after.tables["totals"].ctas
+
+
+def test_a_job_registered_on_a_table_revised_while_stopped_starts_at_the_revision(make_state: MakeState) -> None:
+    done = [BarrierCompleted("ingest_shopping", "shopping", b, 0, b) for b in (1, 2, 3)]
+    state = make_state(
+        *[BarrierAnnounced(b, 100 * b) for b in (1, 2, 3)], *done,
+        DeregisterJob("x", "ingest_shopping", "FINISHED"),
+        DeregisterJob("y", "amount_job", "FINISHED"),
+        DeregisterJob("z", "price_job", "FINISHED"),
+        RequestRevision("r", "shopping", 1),
+        RegisterJob("s", "ingest_shopping", "shopping", external_topics=("shopping_source",)),
+        shopping_topology=True,
+    )
+    job = state.jobs["ingest_shopping"]
+    assert (job.generation, job.resume_barrier) == (1, 1)
+    state = make_state(*[BarrierAnnounced(b, 100 * b) for b in (1, 2, 3)], *done, shopping_topology=True)
+    assert state.jobs["ingest_shopping"].restart_from_barrier is None  # never revised: no restore
 
 
 def test_deregister_frees_the_table_for_a_new_writer(make_state: MakeState) -> None:

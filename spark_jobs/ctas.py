@@ -1,0 +1,182 @@
+"""CREATE TABLE AS SELECT, all or nothing: a table that never committed goes away with its job.
+
+A CTAS table is declared as pending: the coordinator lists it (and readers can read it) only
+once its job committed the first barrier, and that first write is what creates the Delta table.
+If the job ends before that (it failed for good, or ``lockstep stop`` ended it), this hook
+drops the catalog entry (the DropTable command) and deletes whatever files the job left.
+The Supervisor always runs it; it is an ordinary ``JobHooks``.
+
+Python users get the same from ``ContinuousQuery(spark, sql).save_as("t").create()``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import sqlglot
+from pyspark.sql import DataFrame, SparkSession
+
+from coordinator.client import emit, get_json, new_request_id
+from coordinator.domain import DeregisterJob, DropTable, MetaState
+from coordinator.settings import Settings
+from coordinator.stream.follower import read_state
+from spark_jobs.hooks import JobEvent, JobHooks
+from spark_jobs.pipeline import DerivedTable, Pipeline, RootTable, tables_read
+
+
+@dataclass
+class CtasCleanup(JobHooks):
+    settings: Settings
+    report: Callable[[str], None] = lambda message: None
+
+    def on_failed(self, event: JobEvent) -> None:
+        if event.status != "RUNNING":  # RUNNING: the Supervisor restarts it, the table may still come
+            self._drop_if_never_created(event)
+
+    def on_canceled(self, event: JobEvent) -> None:
+        self._drop_if_never_created(event)
+
+    def on_finished(self, event: JobEvent) -> None:
+        self._drop_if_never_created(event)
+
+    def _drop_if_never_created(self, event: JobEvent) -> None:
+        if event.sink not in get_json(self.settings, "/topology").get("pending", []):
+            return  # created (it stays), or not a CTAS table
+        why = f"job {event.job_id} ended ({event.status}) before its first commit"
+        outcome = emit(self.settings, DropTable(new_request_id(), event.sink, why))
+        if not outcome.accepted:
+            self.report(f"table {event.sink} was not dropped: {outcome.reason}")
+            return
+        shutil.rmtree(self.settings.warehouse.absolute() / event.sink, ignore_errors=True)
+        self.report(f"table {event.sink} dropped: {why}")
+
+
+class CtasError(RuntimeError):
+    """A table could not be created; the message says why (nothing of it is left behind)."""
+
+
+@dataclass
+class ContinuousQuery:
+    """A SQL query over Lockstep tables, for Python users: ``frame()`` is a DataFrame of its
+    result on a consistent snapshot; ``save_as(name)`` makes it a continuously maintained table.
+
+    Example::
+
+        q = ContinuousQuery(spark, "SELECT k, SUM(v) AS total FROM events GROUP BY k")
+        q.frame().show()                                        # what the table would hold now
+        totals = q.save_as("totals").option("max_restarts", 3).create()
+        ...
+        totals.stop()                                           # FINISHED; the table stays
+    """
+
+    spark: SparkSession
+    sql: str
+    settings: Settings = field(default_factory=Settings.from_env)
+
+    def frame(self, consistency: str = "read-committed") -> DataFrame:
+        from spark_jobs.reads import open_snapshot, referenced_tables
+
+        snapshot = open_snapshot(self.spark, referenced_tables(self.sql), consistency, settings=self.settings)
+        snapshot.close()  # the frame stays readable; a lease would only outlive this call
+        return snapshot.sql(self.sql)
+
+    def save_as(self, name: str) -> TableBuilder:
+        return TableBuilder(self, name)
+
+
+@dataclass(frozen=True)
+class TableBuilder:
+    """``CREATE TABLE name AS <query>`` from Python. Options: ``max_restarts`` (failures after
+    the table exists before the job is given up; default: never), ``timeout`` (seconds to wait
+    for the first commit, default 300)."""
+
+    query: ContinuousQuery
+    name: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    def option(self, key: str, value: object) -> TableBuilder:
+        if key not in ("max_restarts", "timeout"):
+            raise ValueError(f"unknown option {key!r}: use max_restarts or timeout")
+        return replace(self, options=(*self.options, (key, str(value))))
+
+    def create(self) -> MaintainedTable:
+        """Create the table and run its job in this process; returns once the first barrier is
+        committed (the table appears all at once). A failure before that removes everything
+        and raises CtasError."""
+        return self._create(if_not_exists=False)
+
+    def create_if_not_exists(self) -> MaintainedTable | None:
+        """As ``create``, but None (and nothing done) if the table exists already."""
+        return self._create(if_not_exists=True)
+
+    def _create(self, if_not_exists: bool) -> MaintainedTable | None:
+        from spark_jobs.runner import Supervisor, register_pipeline
+
+        settings, options = self.query.settings, dict(self.options)
+        state = read_state(settings)
+        if self.name in state.tables:
+            if if_not_exists:
+                return None
+            raise CtasError(f"table {self.name!r} exists already; use create_if_not_exists() or another name")
+        table = DerivedTable(self.name, self.query.sql, tables_read(sqlglot.parse_one(self.query.sql, read="spark")))
+        alone = Pipeline((), (table,))
+        register_pipeline(settings, alone)
+        job = alone.jobs[0]
+        known = _known_pipeline(state, table)
+        messages: list[str] = []
+        supervisor = Supervisor(self.query.spark, known, settings, only=(job.job_id,), report=messages.append,
+                                max_restarts=0)
+        supervisor.start()
+        deadline = time.monotonic() + float(options.get("timeout", 300))
+        while True:
+            supervisor.poll()
+            if job.job_id in supervisor.ended:
+                raise CtasError(f"CREATE TABLE {self.name} AS SELECT failed before its first commit; the table "
+                                f"and its files were removed: {'; '.join(messages)}")
+            if read_state(settings).created(self.name):
+                break
+            if time.monotonic() > deadline:
+                supervisor.stop()
+                raise CtasError(f"table {self.name!r} got no first commit within {options.get('timeout', 300)} s; "
+                                f"its job is still registered: `lockstep stop {job.job_id} --cancel` removes it")
+            time.sleep(0.5)
+        restarts = options.get("max_restarts")
+        supervisor.max_restarts = int(restarts) if restarts is not None else None
+        return MaintainedTable(self.name, job.job_id, supervisor)
+
+
+@dataclass
+class MaintainedTable:
+    """A table whose job runs in this process (created by ``TableBuilder.create``)."""
+
+    name: str
+    job_id: str
+    supervisor: Any
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._thread = threading.Thread(target=self.supervisor.run, args=(self._stop,), daemon=True,
+                                        name=f"lockstep-{self.job_id}")
+        self._thread.start()
+
+    def stop(self, cancel: bool = False) -> None:
+        """End the job (FINISHED, or CANCELED with ``cancel``); the table keeps what it has."""
+        status = "CANCELED" if cancel else "FINISHED"
+        emit(self.supervisor.settings, DeregisterJob(new_request_id(), self.job_id, status, "MaintainedTable.stop"))
+        self._stop.set()
+        self._thread.join(30)
+        self.supervisor.stop()
+
+
+def _known_pipeline(state: MetaState, new: DerivedTable) -> Pipeline:
+    """The tables the coordinator knows, as a pipeline, so the new table's plan knows its
+    sources' keys: roots with their primary keys, derived tables with their writers' queries."""
+    roots = tuple(RootTable(t.name, (), "", primary_key=t.primary_key) for t in state.tables.values() if t.kind == "root")
+    writers = sorted((j for j in state.jobs.values() if j.sql and j.sink != new.name), key=lambda j: j.registered_at_ms)
+    derived = tuple(DerivedTable(j.sink, j.sql, j.sources) for j in writers)
+    return Pipeline(roots, (*derived, new))
