@@ -559,8 +559,8 @@ def stop_job(settings: Settings, job: str, cancel: bool, reason: str | None, tim
     Exit 0 recorded, 1 rejected (unknown job, already ended), 2 coordinator unreachable.
     """
     topology_now = fetch(settings, "/topology")
-    if job not in topology_now["jobs"] and topology_now["tables"].get(job, {}).get("writer"):
-        job = topology_now["tables"][job]["writer"]
+    if job not in topology_now["jobs"]:  # a table: its running writer (a CTAS table may still be pending)
+        job = next((j for j, v in topology_now["jobs"].items() if v["sink"] == job and v["status"] == "RUNNING"), job)
     status = "CANCELED" if cancel else "FINISHED"
     if reason is None:
         reason = f"lockstep stop by {getpass.getuser()}@{socket.gethostname()} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"

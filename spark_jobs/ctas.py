@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
@@ -27,6 +27,9 @@ from coordinator.settings import Settings
 from coordinator.stream.follower import read_state
 from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.pipeline import DerivedTable, Pipeline, RootTable, tables_read
+
+if TYPE_CHECKING:
+    from spark_jobs.runner import Supervisor
 
 
 @dataclass
@@ -156,7 +159,7 @@ class MaintainedTable:
 
     name: str
     job_id: str
-    supervisor: Any
+    supervisor: Supervisor
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:

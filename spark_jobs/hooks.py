@@ -2,8 +2,9 @@
 
 The Supervisor calls every registered hook with a ``JobEvent``: ``on_created`` when it starts a
 job for the first time, ``on_failed`` when the job's query dies with an error (status RUNNING:
-it is restarted; FAILED: the Supervisor gave it up after ``max_restarts``), ``on_finished`` / ``on_canceled`` when ``lockstep stop`` ended it. A hook that
-raises is reported and does not stop the job or the other hooks.
+it is restarted; FAILED: the Supervisor gave it up after ``max_restarts``), ``on_finished`` /
+``on_canceled`` when ``lockstep stop`` ended it. A hook that raises is reported and does not
+stop the job or the other hooks.
 
 Example::
 

@@ -13,6 +13,20 @@ from pyspark.sql.streaming import StreamingQuery
 from coordinator.settings import Settings
 from spark_jobs.pipeline import parse_pipeline
 from spark_jobs.runner import register_pipeline, start_jobs
+from tests.spark_jobs.supervising import Stack
+
+
+@pytest.fixture
+def make_stack(make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path) -> Callable[[], Stack]:
+    """Factory: start a worker; a Stack whose settings use it and this test's warehouse and home."""
+
+    def make() -> Stack:
+        worker = make_worker()
+        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh",
+                                       home=tmp_path / "home", coordinator_url=worker.url)
+        return Stack(settings, tmp_path)
+
+    return make
 
 
 @pytest.fixture

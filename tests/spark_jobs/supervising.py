@@ -1,18 +1,49 @@
 """Running a pipeline under a Supervisor in a test: a background poller, a hook that
-remembers what it heard, and a producer of keyed records."""
+remembers what it heard, a producer of keyed records, the `lockstep` CLI against the test's
+worker, and waiting for a condition."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 
+from coordinator.settings import Settings
 from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.runner import Supervisor
+from tests.worker_fixtures import ROOT
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Settings for a pipeline test (its own warehouse and home, the test's worker)."""
+
+    settings: Settings
+    tmp_path: Path
+
+    def lockstep(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run the `lockstep` CLI in a subprocess against this stack."""
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.tmp_path), "LOCKSTEP_BOOTSTRAP": self.settings.bootstrap,
+               "LOCKSTEP_COORDINATOR_URL": self.settings.coordinator_url,
+               "LOCKSTEP_TOPIC_PREFIX": self.settings.topic_prefix}
+        return subprocess.run([sys.executable, "-m", "coordinator.cli", *args], env=env, capture_output=True,
+                              text=True, timeout=60, cwd=ROOT)
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+        time.sleep(0.2)
 
 
 class Recorder(JobHooks):

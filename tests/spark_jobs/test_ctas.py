@@ -3,11 +3,8 @@ created by that very commit, and gone without a trace if its job fails before it
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
@@ -16,13 +13,12 @@ from pyspark.sql import SparkSession
 from coordinator.client import get_json
 from coordinator.domain.errors import Rejected
 from coordinator.domain.snapshot import resolve_snapshot
-from coordinator.settings import Settings
 from coordinator.stream.follower import read_state
 from spark_jobs.ctas import ContinuousQuery, CtasError
 from spark_jobs.pipeline import parse_pipeline
 from spark_jobs.runner import register_pipeline
 from tests.spark_jobs.barriers import at, wait_for_barrier
-from tests.spark_jobs.supervising import KeyedRecords, Recorder, supervised
+from tests.spark_jobs.supervising import KeyedRecords, Recorder, Stack, supervised, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,21 +29,12 @@ CREATE TABLE broken AS SELECT k, assert_true(v < 0) AS negative FROM events;
 """
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.3)
-
-
 def test_ctas_appears_at_its_first_commit_and_a_failed_one_leaves_nothing(
-    spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], make_topic: Callable,
-    kafka_bootstrap: str, tmp_path: Path,
+    spark: SparkSession, make_stack: Callable[[], Stack], make_topic: Callable, kafka_bootstrap: str,
 ) -> None:
     topic = make_topic(partitions=1)
-    worker = make_worker()
-    settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home",
-                                   coordinator_url=worker.url)
+    stack = make_stack()
+    settings = stack.settings
     pipeline = parse_pipeline(PIPELINE.format(topic=topic))
     records = KeyedRecords(kafka_bootstrap, topic, value=lambda i: i)
     records.send(20)  # before the jobs' first barrier, whose cut then covers them

@@ -37,6 +37,12 @@ KEYS = 7
 RUNS = ["before_commit:0.5"] * 2 + ["before_completion:0.5"] * 2 + [None]
 
 
+@pytest.fixture
+def coordinator_env(coordinator_env: dict[str, str]) -> dict[str, str]:
+    """1 s barriers (the default): fewer barriers to catch up on after each kill."""
+    return {**coordinator_env, "LOCKSTEP_BARRIER_INTERVAL_MS": "1000"}
+
+
 def group_alive(pgid: int) -> bool:
     """Whether any non-zombie process of the group is left (the JVM outlives its Python parent briefly)."""
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -3,28 +3,21 @@ hooks, delays and lineage show it, and running the pipeline again continues wher
 
 from __future__ import annotations
 
-import dataclasses
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from coordinator.client import get_json
-from coordinator.settings import Settings
 from coordinator.stream.follower import read_state
 from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.lineage import lineage_frames
 from spark_jobs.pipeline import parse_pipeline
 from spark_jobs.runner import register_pipeline
 from tests.spark_jobs.barriers import at, wait_for_barrier
-from tests.spark_jobs.supervising import KeyedRecords, Recorder, supervised
-from tests.worker_fixtures import ROOT
+from tests.spark_jobs.supervising import KeyedRecords, Recorder, Stack, supervised, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,33 +33,17 @@ class Broken(JobHooks):
         raise ValueError("a broken hook")
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.2)
-
-
 def test_stop_finishes_or_cancels_a_job_and_run_again_continues_it(
-    spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], make_topic: Callable,
-    kafka_bootstrap: str, tmp_path: Path,
+    spark: SparkSession, make_stack: Callable[[], Stack], make_topic: Callable, kafka_bootstrap: str,
 ) -> None:
     topic = make_topic(partitions=1)
-    worker = make_worker()
-    settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home",
-                                   coordinator_url=worker.url)
+    stack = make_stack()
+    settings = stack.settings
     pipeline = parse_pipeline(PIPELINE.format(topic=topic))
     register_pipeline(settings, pipeline)
     hooks, reports = Recorder(), []
     records = KeyedRecords(kafka_bootstrap, topic, value=lambda i: i)
     send, sent = records.send, records.sent
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
-           "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url, "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix}
-
-    def lockstep(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "coordinator.cli", *args], env=env, capture_output=True, text=True,
-                              timeout=60, cwd=ROOT)
-
     with supervised(spark, pipeline, settings, report=reports.append, hooks=[Broken(), hooks],
                     follow_status=True) as supervisor:
         assert [what for what, _ in hooks.events] == ["created"] * 3  # the broken hook did not stop the others
@@ -74,7 +51,7 @@ def test_stop_finishes_or_cancels_a_job_and_run_again_continues_it(
         wait_for_barrier(settings, ["events", "sums", "counts"], send(30), topic)
 
         # FINISHED, named by its table: stopped after the barrier in progress, not restarted
-        done = lockstep("stop", "counts", "--reason", "no longer needed")
+        done = stack.lockstep("stop", "counts", "--reason", "no longer needed")
         assert done.returncode == 0, done.stderr
         assert "job maintain_counts recorded FINISHED" in done.stdout
         wait_until(lambda: "maintain_counts" in supervisor.ended, "the supervisor stops maintain_counts")
@@ -94,18 +71,18 @@ def test_stop_finishes_or_cancels_a_job_and_run_again_continues_it(
         assert delays["tables"]["counts"]["writer"] is None and delays["bottleneck"] != "maintain_counts"
         sinks = {r["job_id"]: r["status"] for r in lineage_frames(spark, state)["__meta_etl_sink"].collect()}
         assert sinks == {"ingest_events": "RUNNING", "maintain_sums": "RUNNING", "maintain_counts": "FINISHED"}
-        table_view = lockstep("delays")
+        table_view = stack.lockstep("delays")
         assert "FINISHED" in table_view.stdout, table_view.stdout
 
         # CANCELED at once; a second stop and an unknown job are rejected
-        canceled = lockstep("stop", "ingest_events", "--cancel")
+        canceled = stack.lockstep("stop", "ingest_events", "--cancel")
         assert canceled.returncode == 0 and "recorded CANCELED" in canceled.stdout, canceled.stderr
         wait_until(lambda: "ingest_events" in supervisor.ended, "the supervisor stops ingest_events")
         assert hooks.of("ingest_events") == ["created", "canceled"]
         assert "lockstep stop by" in hooks.events[-1][1].reason
-        again_stop = lockstep("stop", "ingest_events")
+        again_stop = stack.lockstep("stop", "ingest_events")
         assert again_stop.returncode == 1 and "already ended as CANCELED" in again_stop.stderr
-        unknown = lockstep("stop", "nope")
+        unknown = stack.lockstep("stop", "nope")
         assert unknown.returncode == 1 and "unknown job 'nope'" in unknown.stderr
         assert set(supervisor.queries) == {"maintain_sums"}
         send(30)  # not ingested while the job is stopped
