@@ -12,6 +12,7 @@ import json
 import socket
 import sys
 import threading
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -249,13 +250,23 @@ def print_outcome(outcome: CommandOutcome) -> None:
         sys.exit(1)
 
 
-def send(settings: Settings, command: Command, timeout: float) -> None:
+def send(settings: Settings, command: Command, timeout: float) -> CommandOutcome:
+    """Emit ``command`` and print its outcome; exit 1 if rejected, 2 if the broker is unreachable."""
     try:
         outcome = emit(settings, command, timeout)
     except Unreachable as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     print_outcome(outcome)
+    return outcome
+
+
+def exit_if_unknown(tables: Sequence[str], registered: Collection[str]) -> None:
+    """Exit 1 naming the tables that are not registered (checked before Spark starts)."""
+    unknown = [t for t in tables if t not in registered]
+    if unknown:
+        click.echo(f"error: unknown table(s): {', '.join(unknown)}; registered: {', '.join(sorted(registered))}", err=True)
+        sys.exit(1)
 
 
 def split_csv(value: str | None) -> tuple[str, ...]:
@@ -591,15 +602,7 @@ def revise(settings: Settings, table: str, barrier: int | None, full: bool, time
     """
     if (barrier is None) == (not full):
         raise click.UsageError("give --to-barrier B or --full (one of them)")
-    command = RequestRevision(new_request_id(), table, 0 if full else barrier, full)
-    try:
-        outcome = emit(settings, command, timeout)
-    except Unreachable as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    if not outcome.accepted:
-        click.echo(f"rejected: {outcome.reason}", err=True)
-        sys.exit(1)
+    outcome = send(settings, RequestRevision(new_request_id(), table, 0 if full else barrier, full), timeout)
     closure = [k.partition(":")[2] for k in outcome.keys if k.startswith("table:")]
     start = "from scratch" if full else f"from barrier {barrier}"
     click.echo(f"revising {', '.join(closure)} {start}; their running jobs switch to the new generation")
@@ -662,11 +665,7 @@ def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | N
     except ParseError as exc:
         click.echo(f"error: the SQL does not parse: {exc}", err=True)
         sys.exit(1)
-    registered = fetch(settings, "/topology")["tables"] if tables else {}
-    unknown = [t for t in tables if t not in registered]
-    if unknown:  # before starting Spark
-        click.echo(f"error: unknown table(s): {', '.join(unknown)}; registered: {', '.join(sorted(registered))}", err=True)
-        sys.exit(1)
+    exit_if_unknown(tables, fetch(settings, "/topology")["tables"] if tables else {})
     spark = build_session("lockstep-query", settings=settings)
     try:
         if not tables:  # only lineage tables: nothing to pin to a barrier
@@ -714,10 +713,7 @@ def vacuum_command(settings: Settings, tables: tuple[str, ...], dry_run: bool, r
     except Exception as exc:  # noqa: BLE001 - Kafka errors come in many types; all mean the same here
         click.echo(f"error: cannot read the coordinator's state from {settings.bootstrap}: {exc}", err=True)
         sys.exit(2)
-    unknown = [t for t in tables if t not in state.tables]
-    if unknown:  # before starting Spark
-        click.echo(f"error: unknown table(s): {', '.join(unknown)}; registered: {', '.join(sorted(state.tables))}", err=True)
-        sys.exit(1)
+    exit_if_unknown(tables, state.tables)
     spark = build_session("lockstep-vacuum", settings=settings)
     reports = vacuum(spark, settings, tables, retain_barriers, dry_run, state=state)
     for report in reports:

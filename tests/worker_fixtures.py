@@ -35,15 +35,17 @@ class Worker(WorkerProcess):
 
 
 @pytest.fixture
-def coordinator_env(settings: Settings, tmp_path: Path) -> dict[str, str]:
-    """Environment for one isolated coordinator: its own topic prefix and home on the test broker."""
+def coordinator_env(settings: Settings, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, str]:
+    """Environment for one isolated coordinator: its own topic prefix and home on the test broker.
+    Barriers every 200 ms, unless the test is marked ``@pytest.mark.barrier_interval_ms(N)``."""
+    interval = request.node.get_closest_marker("barrier_interval_ms")
     return {
         **os.environ,
         "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
         "LOCKSTEP_HOME": str(tmp_path / "home"),
         "LOCKSTEP_JARS": str(settings.jars),
         "LOCKSTEP_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:8]}",
-        "LOCKSTEP_BARRIER_INTERVAL_MS": "200",
+        "LOCKSTEP_BARRIER_INTERVAL_MS": str(interval.args[0] if interval else 200),
     }
 
 

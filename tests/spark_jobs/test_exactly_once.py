@@ -26,7 +26,8 @@ from coordinator.settings import Settings
 from tests.spark_jobs.barriers import at, wait_for_barrier
 from tests.worker_fixtures import ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]  # six job starts
+# six job starts; 1 s barriers (the default): fewer barriers to catch up on after each kill
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.barrier_interval_ms(1000)]
 
 PIPELINE = """
 CREATE TABLE events (k BIGINT, seq BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
@@ -36,11 +37,6 @@ KEYS = 7
 # Where each run dies: self-inflicted SIGKILL at a crash point, or killed from outside at random.
 RUNS = ["before_commit:0.5"] * 2 + ["before_completion:0.5"] * 2 + [None]
 
-
-@pytest.fixture
-def coordinator_env(coordinator_env: dict[str, str]) -> dict[str, str]:
-    """1 s barriers (the default): fewer barriers to catch up on after each kill."""
-    return {**coordinator_env, "LOCKSTEP_BARRIER_INTERVAL_MS": "1000"}
 
 
 def group_alive(pgid: int) -> bool:

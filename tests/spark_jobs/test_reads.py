@@ -31,7 +31,8 @@ from spark_jobs.reads import CoordinatorUnreachable, SnapshotError, open_snapsho
 from tests.spark_jobs.barriers import read_state, wait_for_barrier
 from tests.worker_fixtures import ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# 1 s barriers (the default): versions change about once a second, as in production
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.barrier_interval_ms(1000)]
 
 SHOPPING = (ROOT / "pipelines" / "shopping.sql").read_text().replace("shopping_source", "{topic}")
 # FLIP-276's lineage example: the sink tables of the jobs that read a table
@@ -41,11 +42,6 @@ FLIP_LINEAGE = ("SELECT T.table_name FROM __META_ETL_SINK AS T JOIN __META_ETL_S
 # did not change, a few seconds when Spark evaluates the join at new versions)
 READS = int(os.environ.get("LOCKSTEP_TEST_READS", "1000"))
 
-
-@pytest.fixture
-def coordinator_env(coordinator_env: dict[str, str]) -> dict[str, str]:
-    """The default 1 s barrier interval: versions change about once a second, as in production."""
-    return {**coordinator_env, "LOCKSTEP_BARRIER_INTERVAL_MS": "1000"}
 
 
 class Shoppers(threading.Thread):

@@ -21,7 +21,8 @@ from spark_jobs.runner import register_pipeline
 from tests.spark_jobs.barriers import at, wait_for_barrier
 from tests.spark_jobs.supervising import KeyedRecords, Stack, supervised
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# 1 s barriers (the default): a revision from scratch has fewer barriers to catch up on
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.barrier_interval_ms(1000)]
 
 PIPELINE = """
 CREATE TABLE events (k BIGINT, v BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
@@ -32,11 +33,6 @@ CREATE TABLE counts AS SELECT k, COUNT(*) AS n FROM events GROUP BY k;
 WRONG = "WHERE v % 3 <> 0"  # the bug: drops every third value
 TABLES = ["events", "mid", "top", "counts"]
 
-
-@pytest.fixture
-def coordinator_env(coordinator_env: dict[str, str]) -> dict[str, str]:
-    """1 s barriers (the default): a revision from scratch has fewer barriers to catch up on."""
-    return {**coordinator_env, "LOCKSTEP_BARRIER_INTERVAL_MS": "1000"}
 
 
 class Reader(threading.Thread):
