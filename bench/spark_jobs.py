@@ -133,7 +133,7 @@ def bench_ingest(records: int, batches: int, repeat: int) -> None:
         print(f"rows in the table: {count:,} (both jobs upsert the same keys)")
         print(f"plain    : {records / best_plain:10,.0f} records/s (best of {repeat})")
         print(f"lockstep : {records / best_ours:10,.0f} records/s (best of {repeat})")
-        print(f"ratio lockstep / plain throughput: {best_plain / best_ours:.2f} (target >= 0.9)")
+        print(f"ratio lockstep / plain throughput: {best_plain / best_ours:.2f}")
         spark.stop()
 
 
@@ -183,15 +183,20 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
                 job.process(BarrierWork(b, 0, 0, source_versions={"src": version}))
                 times[name].append(time.perf_counter() - t0)
             print(f"barrier {b}: {n_changed:,} rows changed; " +
-                  "  ".join(f"{name} {times[name][-1]:6.2f}s" for name in jobs))
+                  "  ".join(f"{name} {times[name][-1]:6.2f}s ({_phases(job)})" for name, job in jobs.items()))
         inc = spark.read.format("delta").load(str(settings.warehouse / "agg_inc")).select("g", "total", "n")
         full = spark.read.format("delta").load(str(settings.warehouse / "agg_full")).select("g", "total", "n")
         same = inc.exceptAll(full).count() == 0 and full.exceptAll(inc).count() == 0
         median = {name: statistics.median(ts) for name, ts in times.items()}
         print(f"results identical: {same}")
         print(f"median per barrier: incremental {median['incremental']:.2f}s, full refresh {median['full refresh']:.2f}s")
-        print(f"ratio full refresh / incremental: {median['full refresh'] / median['incremental']:.1f}x (target >= 20x)")
+        print(f"ratio full refresh / incremental: {median['full refresh'] / median['incremental']:.1f}x")
         spark.stop()
+
+
+def _phases(job) -> str:  # noqa: ANN001 - a TableMaintainer
+    """Where the job's last barrier went, e.g. ``plan 120 ms, write 2300 ms``."""
+    return ", ".join(f"{p.name} {p.ms} ms" for p in job.watch.phases())
 
 
 def main() -> None:

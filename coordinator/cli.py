@@ -170,12 +170,13 @@ def datagen() -> None:
 @click.pass_obj
 def datagen_shopping(settings: Settings, rate: int, seconds: float | None, users: int, items: int, topic: str,
                      partitions: int, seed: int) -> None:
-    """Produce FLIP-276 purchases {user_id, item_id, amount, price} at a steady rate.
+    """Produce FLIP-276 purchases {user_id, item_id, amount, price, ts} at a steady rate.
 
     Every item has a fixed unit price, 0.25 x (4 + item_id mod 37), and price = amount x unit
     price, so in any consistent read total_price / total_amount of a (user, item) is the unit
-    price. Creates the topic if needed, reports progress every 5 s, and on Ctrl-C or SIGTERM
-    flushes and stops. Exit 1 if some purchases could not be delivered.
+    price; ts is the produce time (epoch ms). Creates the topic if needed, reports progress
+    every 5 s, and on Ctrl-C or SIGTERM flushes and stops. Exit 1 if some purchases could not
+    be delivered.
 
     \b
     lockstep datagen shopping --rate 10000 --seconds 60
@@ -184,7 +185,7 @@ def datagen_shopping(settings: Settings, rate: int, seconds: float | None, users
 
     from confluent_kafka import KafkaException
 
-    from spark_jobs.datagen import ShoppingGenerator, ensure_topic
+    from spark_jobs.datagen import RateGenerator, ensure_topic, purchases
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -192,7 +193,7 @@ def datagen_shopping(settings: Settings, rate: int, seconds: float | None, users
     try:
         if ensure_topic(settings, topic, partitions):
             click.echo(f"created topic {topic} ({partitions} partitions)")
-        generator = ShoppingGenerator(settings, topic, rate, users, items, seed)
+        generator = RateGenerator(settings, topic, rate, purchases(users, items), seed)
     except KafkaException as exc:
         click.echo(f"error: Kafka at {settings.bootstrap}: {exc}", err=True)
         sys.exit(2)
@@ -229,16 +230,23 @@ def delay_tables(body: dict[str, Any], last: int) -> list[Table]:
     def ms(value: int | None) -> str:
         return "-" if value is None else f"{value / 1000:.2f} s"
 
-    tables = Table("table", "latest exact barrier", "lag (barriers)", "E2E p50", "E2E p99",
-                   title=f"tables (last {last} barriers)")
+    tables = Table("table", "latest exact barrier", "lag (barriers)", "staleness p50", "staleness p99", "E2E p50",
+                   "E2E p99", title=f"tables (last {last} barriers; staleness: now - time of the newest barrier readable)")
     for name, t in body["tables"].items():
         tables.add_row(name, str(t["latest_exact_barrier"] or "-"), str(t["lag_barriers"]),
-                       ms(t["e2e_p50_ms"]), ms(t["e2e_p99_ms"]))
+                       ms(t.get("staleness_p50_ms")), ms(t.get("staleness_p99_ms")), ms(t["e2e_p50_ms"]),
+                       ms(t["e2e_p99_ms"]))
     jobs = Table("job", "sink", "status", "own delay p50", "own delay p99", "")
     for job, j in body["jobs"].items():
         jobs.add_row(job, j["sink"], j["status"], ms(j["own_p50_ms"]), ms(j["own_p99_ms"]),
                      "bottleneck" if job == body["bottleneck"] else "")
-    return [tables, jobs]
+    names = list(dict.fromkeys(n for j in body["jobs"].values() for n in j.get("phases_p50_ms", {})))
+    if not names:
+        return [tables, jobs]
+    phases = Table("job", *names, title="where a barrier's time goes in each job (p50, ms)")
+    for job, j in body["jobs"].items():
+        phases.add_row(job, *(str(j.get("phases_p50_ms", {}).get(n, "-")) for n in names))
+    return [tables, jobs, phases]
 
 
 def print_outcome(outcome: CommandOutcome) -> None:

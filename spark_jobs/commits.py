@@ -9,8 +9,10 @@ is found again from the table history.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +23,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from coordinator.codec import default_codec
-from coordinator.domain import BarrierCompleted, OffsetRange, SourceVersion, entity_key
+from coordinator.domain import BarrierCompleted, OffsetRange, PhaseTime, SourceVersion, entity_key
 from coordinator.settings import Settings
 from coordinator.stream.coordinator import now_ms
 from coordinator.stream.topics import Topics
+from spark_jobs.delta_log import newest_commit, parse_metadata, prepare_next_write
 from spark_jobs.faults import crash_point
 from spark_jobs.session import session_conf
+from spark_jobs.stopwatch import Stopwatch
+
+log = logging.getLogger(__name__)
 
 
 def barrier_txn(spark: SparkSession, app_id: str, barrier: int, metadata: str,
@@ -40,8 +46,14 @@ def barrier_txn(spark: SparkSession, app_id: str, barrier: int, metadata: str,
     })
 
 
+# A sink checkpoints its log itself, between barriers, every CHECKPOINT_EVERY commits; Delta's
+# own checkpoint (written inside the commit that reaches its interval) would then only add time
+# to a barrier, so its interval is set out of the way.
+CHECKPOINT_EVERY = 10
+TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.checkpointInterval": "100000"}
 # A table created by its first write gets these properties from the session defaults.
-NEW_TABLE_DEFAULTS = {"spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true"}
+NEW_TABLE_DEFAULTS = {f"spark.databricks.delta.properties.defaults.{k.removeprefix('delta.')}": v
+                      for k, v in TABLE_PROPERTIES.items()}
 
 
 @dataclass
@@ -64,13 +76,18 @@ class DeltaSink:
     queries: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.written = False  # whether the last ``commit`` ran its write (else Delta had it already)
+        self._upkeep = ThreadPoolExecutor(1, thread_name_prefix=f"upkeep-{self.job_id}")
+        self._upkeep_done: Future[None] | None = None
+        self._commits = 0
         self._clear_unfinished_create()
         self.exists = DeltaTable.isDeltaTable(self.spark, self.path)
         if not self.exists and not self.create_on_first_write:
             schema = self.spark.createDataFrame([], self.schema).schema
-            DeltaTable.createIfNotExists(self.spark).location(self.path).addColumns(schema).property(
-                "delta.enableChangeDataFeed", "true"
-            ).execute()
+            builder = DeltaTable.createIfNotExists(self.spark).location(self.path).addColumns(schema)
+            for key, value in TABLE_PROPERTIES.items():
+                builder = builder.property(key, value)
+            builder.execute()
             self.exists = True
         if self.exists:
             self._load_history()
@@ -84,7 +101,7 @@ class DeltaSink:
 
     def _load_history(self) -> None:
         for row in DeltaTable.forPath(self.spark, self.path).history().select("version", "userMetadata").collect():
-            meta = _metadata(row["userMetadata"])
+            meta = parse_metadata(row["userMetadata"])
             if meta.get("job") == self.job_id:
                 at = (int(meta["generation"]), int(meta["barrier"]))
                 self.versions[at] = int(row["version"])
@@ -128,29 +145,51 @@ class DeltaSink:
         self._load_history()
 
     def commit(self, barrier: int, generation: int, write: Callable[[], None],
-               sources: dict[str, int] | None = None, query: str | None = None) -> int:
+               sources: dict[str, int] | None = None, query: str | None = None,
+               watch: Stopwatch | None = None) -> int:
         """Run ``write`` under the barrier's txn; return the version that holds the barrier.
         ``sources`` (an intermediate job's source versions) and ``query`` (a fingerprint of its
-        query) are kept in the commit's metadata, so a restarted job knows what its table reflects."""
+        query) are kept in the commit's metadata, so a restarted job knows what its table reflects.
+        ``watch`` times the phases: upkeep (waiting for the last one), write, lookup."""
+        self.written = False
         known = self.versions.get((generation, barrier))
         if known is not None:
             return known  # committed before a crash: Delta would skip the write anyway
         crash_point("before_commit")
-        with barrier_txn(self.spark, self.app_id(generation), barrier, self.metadata(barrier, generation, sources, query),
-                         None if self.exists else NEW_TABLE_DEFAULTS):
+        watch = watch or Stopwatch()
+        with watch.phase("upkeep"):
+            self._finish_upkeep()
+        with watch.phase("write"), barrier_txn(self.spark, self.app_id(generation), barrier,
+                                               self.metadata(barrier, generation, sources, query),
+                                               None if self.exists else NEW_TABLE_DEFAULTS):
             write()
         self.exists = True
-        history = DeltaTable.forPath(self.spark, self.path).history(1).first()
-        meta = _metadata(history["userMetadata"])
-        if meta.get("job") == self.job_id and meta.get("barrier") == barrier:
-            self.versions[(generation, barrier)] = int(history["version"])
+        with watch.phase("lookup"):
+            version, meta = newest_commit(self.spark, self.path)
+        if (meta.get("job"), meta.get("barrier"), meta.get("generation")) == (self.job_id, barrier, generation):
+            self.written = True
+            self._commits += 1
+            self._upkeep_done = self._upkeep.submit(prepare_next_write, self.spark, self.path,
+                                                    self._commits % CHECKPOINT_EVERY == 0)
+            self.versions[(generation, barrier)] = version
             if sources is not None:
                 self.sources[(generation, barrier)] = dict(sources)
             if query is not None:
                 self.queries[(generation, barrier)] = query
-            return int(history["version"])
+            return version
         self._load_history()  # the write was a no-op: find the version of the earlier commit
         return self.versions.get((generation, barrier), self.version_at(barrier, generation))
+
+    def _finish_upkeep(self) -> None:
+        """Wait for the upkeep after the last commit (so this write finds its work done); a
+        failed upkeep only costs time: the write does that work itself then."""
+        if self._upkeep_done is None:
+            return
+        try:
+            self._upkeep_done.result()
+        except Exception as exc:  # noqa: BLE001 - upkeep is an optimisation; the write is what counts
+            log.warning("upkeep of %s after its last commit failed (the next write redoes it): %s", self.path, exc)
+        self._upkeep_done = None
 
 
 def merge_by_key(spark: SparkSession, path: str, rows: DataFrame, key: Sequence[str], columns: Sequence[str],
@@ -167,16 +206,6 @@ def merge_by_key(spark: SparkSession, path: str, rows: DataFrame, key: Sequence[
         merge = (merge.whenMatchedDelete(condition=f"s.`{delete_flag}`").whenMatchedUpdate(set=values)
                  .whenNotMatchedInsert(condition=f"NOT s.`{delete_flag}`", values=values))
     merge.execute()
-
-
-def _metadata(raw: str | None) -> dict:
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 class CompletionPublisher:
@@ -198,13 +227,14 @@ class CompletionPublisher:
         rows: tuple[int, int, int] = (0, 0, 0),
         source_versions: dict[str, int] | None = None,
         offsets: list[tuple[str, int, int, int]] | None = None,
+        phases: Sequence[PhaseTime] = (),
     ) -> BarrierCompleted:
         crash_point("before_completion")
         fact = BarrierCompleted(
             job_id, table, barrier, generation, version, rows[0], rows[1], rows[2],
             tuple(SourceVersion(t, v) for t, v in sorted((source_versions or {}).items())),
             tuple(OffsetRange(t, p, s, e) for t, p, s, e in offsets or []),
-            started_at_ms, now_ms(),
+            started_at_ms, now_ms(), tuple(phases),
         )
         self.producer.produce(self.topic, key=entity_key(fact).encode(), value=self.codec.encode(fact))
         if self.producer.flush(30) != 0:

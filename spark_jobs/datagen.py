@@ -1,13 +1,17 @@
-"""Synthetic purchases for FLIP-276's shopping pipeline, produced to Kafka at a steady rate.
+"""Synthetic records produced to Kafka at a steady rate, each stamped with its produce time.
 
-Every item has a fixed unit price and a purchase of ``amount`` pieces costs exactly
-``amount * unit_price(item)``, so in any consistent snapshot of ``user_item_amount`` and
-``user_item_price`` the average price ``total_price / total_amount`` of every (user, item) is
-the unit price. Unit prices are multiples of 0.25, so the sums are exact in floating point.
+``lockstep datagen shopping`` makes FLIP-276's purchases: every item has a fixed unit price and
+a purchase of ``amount`` pieces costs exactly ``amount * unit_price(item)``, so in any
+consistent snapshot of ``user_item_amount`` and ``user_item_price`` the average price
+``total_price / total_amount`` of every (user, item) is the unit price. Unit prices are
+multiples of 0.25, so the sums are exact in floating point.
+
+Every record carries ``ts``, the epoch milliseconds at which it was handed to the producer:
+a table that keeps ``MAX(ts)`` tells a reader how fresh the data it sees is.
 
 Example::
 
-    gen = ShoppingGenerator(settings, topic="shopping_source", rate=2000)
+    gen = RateGenerator(settings, "shopping_source", rate=2000, make=purchases(users=100, items=20))
     gen.run(stop_event, seconds=10, progress=print)   # then gen.sent == ~20000
 """
 
@@ -25,6 +29,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.settings import Settings
 
+# (random source, produce time in epoch ms) -> (record key, record)
+RecordMaker = Callable[[random.Random, int], tuple[str, dict[str, int | float]]]
+
 
 def unit_price(item_id: int) -> float:
     """The fixed price of one piece of ``item_id``.
@@ -33,6 +40,23 @@ def unit_price(item_id: int) -> float:
     (1.0, 2.25)
     """
     return 0.25 * (4 + item_id % 37)
+
+
+def purchases(users: int = 100, items: int = 20) -> RecordMaker:
+    """FLIP-276 purchases ``{user_id, item_id, amount, price, ts}``, keyed by user.
+
+    >>> key, record = purchases(3, 5)(random.Random(1), 1700000000000)
+    >>> sorted(record), record["price"] == record["amount"] * unit_price(record["item_id"]), record["ts"]
+    (['amount', 'item_id', 'price', 'ts', 'user_id'], True, 1700000000000)
+    """
+    if users < 1 or items < 1:
+        raise ValueError("users and items must be at least 1")
+
+    def make(rng: random.Random, ts: int) -> tuple[str, dict[str, int | float]]:
+        user, item, amount = rng.randrange(users), rng.randrange(items), rng.randrange(1, 6)
+        return str(user), {"user_id": user, "item_id": item, "amount": amount, "price": amount * unit_price(item), "ts": ts}
+
+    return make
 
 
 def ensure_topic(settings: Settings, topic: str, partitions: int) -> bool:
@@ -50,14 +74,13 @@ def ensure_topic(settings: Settings, topic: str, partitions: int) -> bool:
 
 
 @dataclass
-class ShoppingGenerator:
-    """Produces JSON purchases ``{user_id, item_id, amount, price}`` keyed by user."""
+class RateGenerator:
+    """Produces JSON records made by ``make`` to ``topic`` at ``rate`` records per second."""
 
     settings: Settings
-    topic: str = "shopping_source"
-    rate: int = 1000
-    users: int = 100
-    items: int = 20
+    topic: str
+    rate: int
+    make: RecordMaker = field(default_factory=purchases)
     seed: int = 7
     sent: int = 0
     failed: int = 0
@@ -65,26 +88,21 @@ class ShoppingGenerator:
     producer: Producer = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.rate < 1 or self.users < 1 or self.items < 1:
-            raise ValueError("rate, users and items must be at least 1")
+        if self.rate < 1:
+            raise ValueError("rate must be at least 1")
         self.rng = random.Random(self.seed)
-        self.producer = Producer(self.settings.kafka_config(**{"linger.ms": 20, "compression.type": "lz4"}))
-
-    def purchase(self) -> dict[str, int | float]:
-        item, amount = self.rng.randrange(self.items), self.rng.randrange(1, 6)
-        return {"user_id": self.rng.randrange(self.users), "item_id": item, "amount": amount,
-                "price": amount * unit_price(item)}
+        self.producer = Producer(self.settings.kafka_config(**{"linger.ms": 5, "compression.type": "lz4"}))
 
     def _delivered(self, error: object, _message: object) -> None:
         if error is not None:
             self.failed += 1
 
-    def _produce(self) -> None:
-        record = self.purchase()
+    def _produce(self, ts: int) -> None:
+        key, record = self.make(self.rng, ts)
         value = json.dumps(record).encode()
         while True:
             try:
-                self.producer.produce(self.topic, value, key=str(record["user_id"]).encode(), on_delivery=self._delivered)
+                self.producer.produce(self.topic, value, key=key.encode(), on_delivery=self._delivered)
                 break
             except BufferError:  # the local queue is full: let deliveries drain
                 self.producer.poll(0.05)
@@ -102,13 +120,14 @@ class ShoppingGenerator:
             if seconds is not None and elapsed >= seconds:
                 break
             due = min(int(elapsed * self.rate) - self.sent, self.rate)  # at most a second's worth per step
+            ts = int(time.time() * 1000)
             for _ in range(max(due, 0)):
-                self._produce()
+                self._produce(ts)
             self.producer.poll(0)
             if progress is not None and now >= next_report:
-                progress(f"sent {self.sent:,} purchases to {self.topic} ({self.sent / elapsed:,.0f}/s, target {self.rate:,}/s)")
+                progress(f"sent {self.sent:,} records to {self.topic} ({self.sent / elapsed:,.0f}/s, target {self.rate:,}/s)")
                 next_report += every
-            time.sleep(0.01)
+            time.sleep(0.005)
         left = self.producer.flush(30)
         self.failed += left
         return self.sent

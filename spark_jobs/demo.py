@@ -155,19 +155,44 @@ def _generator(settings: Settings, topic: str, options: DemoOptions, say: Callab
     try:
         yield
     finally:
+        _stop(child, grace=30)
+
+
+@contextmanager
+def _jobs(settings: Settings, pipeline: Path, say: Callable[[str], None]) -> Iterator[subprocess.Popen[bytes]]:
+    """``lockstep run PIPELINE`` as a child process: the jobs get a Spark application of their
+    own, so the demo's reads (in this process's Spark) never queue behind a barrier's work."""
+    log = settings.home / "logs" / "jobs.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "LOCKSTEP_BOOTSTRAP": settings.bootstrap, "LOCKSTEP_HOME": str(settings.home),
+           "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix, "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url}
+    with open(log, "ab") as out:
+        child = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "run", str(pipeline)], stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    say(f"running the pipeline's jobs in their own Spark application (log {log})")
+    try:
+        yield child
+    finally:
+        _stop(child, grace=60)
+        say("stopped the jobs")
+
+
+def _stop(child: subprocess.Popen[bytes], grace: float) -> None:
+    """Ctrl-C to ``child``; after ``grace`` seconds, kill its whole session (its Spark JVM too)."""
+    if child.poll() is None:
         child.send_signal(signal.SIGINT)
-        try:
-            child.wait(30)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(10)
+    try:
+        child.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
 
 
 def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None] = print,
              console: Console | None = None) -> DemoResult:
     """Run the demo for ``options.seconds`` (Ctrl-C ends it early; the result says so)."""
     from spark_jobs.pipeline import load_pipeline
-    from spark_jobs.runner import Supervisor, register_pipeline
+    from spark_jobs.runner import register_pipeline
     from spark_jobs.session import build_session
 
     console = console or Console()
@@ -187,19 +212,17 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
                 say(f"created topic {topic} (2 partitions)")
             pipeline = register_pipeline(settings, pipeline)
             say(f"registered {options.pipeline.name}: " + ", ".join(f"{j.job_id} -> {j.sink}" for j in pipeline.jobs))
-            os.environ.setdefault("LOCKSTEP_SPARK_LOG_LEVEL", "ERROR")  # keep the live view readable
-            spark = build_session("lockstep-demo", settings=settings)
-            stack.callback(spark.stop)
-            supervisor = Supervisor(spark, pipeline, settings, report=say)
-            stack.callback(supervisor.stop)
-            supervisor.start()
+            jobs = stack.enter_context(_jobs(settings, options.pipeline, say))
             stack.enter_context(_generator(settings, topic, options, say))
+            os.environ.setdefault("LOCKSTEP_SPARK_LOG_LEVEL", "ERROR")  # keep the live view readable
+            spark = build_session("lockstep-demo-reads", settings=settings)
+            stack.callback(spark.stop)
             consumer = Consumer(settings.kafka_config(**{"group.id": "lockstep-demo-sizes"}))
             stack.callback(consumer.close)
             prober = Prober(spark, settings)
             result.stats = prober.stats
             started = time.monotonic()
-            _read_until(options, prober, supervisor, lambda: _topic_size(consumer, topic), result, console, say)
+            _read_until(options, prober, jobs, lambda: _topic_size(consumer, topic), result, console, say)
         except KeyboardInterrupt:
             result.interrupted = True
             say("interrupted: stopping what the demo started ...")
@@ -213,7 +236,7 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
     return result
 
 
-def _read_until(options: DemoOptions, prober: Prober, supervisor: Any, purchases: Callable[[], int],
+def _read_until(options: DemoOptions, prober: Prober, jobs: subprocess.Popen[bytes], purchases: Callable[[], int],
                 result: DemoResult, console: Console, say: Callable[[str], None]) -> None:
     """Round-robin reads at each level until the time is up, refreshing the view."""
     started = time.monotonic()
@@ -241,7 +264,9 @@ def _read_until(options: DemoOptions, prober: Prober, supervisor: Any, purchases
                 say(f"read failed, retrying: {exc}")
                 time.sleep(1)
             level += 1
-            supervisor.poll()
+            if jobs.poll() is not None:
+                raise DemoError(f"the pipeline's jobs exited (code {jobs.returncode}); see "
+                                f"{prober.settings.home / 'logs' / 'jobs.log'}")
             result.purchases = purchases()
             if live is not None:
                 live.update(view())

@@ -11,11 +11,12 @@ moved) the newest record timestamp.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
 from coordinator.stream.coordinator import now_ms
@@ -23,6 +24,7 @@ from spark_jobs.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.epochs import EMPTY, BarrierWork
 from spark_jobs.formats import check_avro_schema, decode, reason
 from spark_jobs.pipeline import RootTable
+from spark_jobs.stopwatch import Stopwatch
 
 DLQ_SCHEMA = "raw_key BINARY, raw_value BINARY, topic STRING, `partition` INT, `offset` BIGINT, error STRING, barrier BIGINT"
 
@@ -61,17 +63,20 @@ class RootIngestion:
 
     def process(self, work: BarrierWork) -> None:
         started = now_ms()
+        watch = Stopwatch()
         if work.restore_to is not None:
-            self._restore(work)
-        raw = self.read_range(work)
+            with watch.phase("restore"):
+                self._restore(work)
+        with watch.phase("plan"):
+            raw = self.read_range(work)
         counts = (0, 0, 0)
         version = None
         if raw is not None:
-            version, counts = self._ingest(raw, work)
+            version, counts = self._ingest(raw, work, watch)
         if version is None:
             version = self.sink.version_at(work.barrier, work.generation)
         self.publisher.publish(self.job_id, self.table.name, work.barrier, work.generation, version, started,
-                               counts, offsets=work.offsets)
+                               counts, offsets=work.offsets, phases=watch.phases())
 
     def _restore(self, work: BarrierWork) -> None:
         """Revised: put the table back to its exact point at the revision's barrier (and the dead
@@ -82,32 +87,40 @@ class RootIngestion:
         dead = max((v for (g, b), v in self.dlq.versions.items() if b <= barrier and g < work.generation), default=None)
         self.dlq.restore(barrier, work.generation, None if version == EMPTY else dead)
 
-    def _ingest(self, raw: DataFrame, work: BarrierWork) -> tuple[int | None, tuple[int, int, int]]:
-        # Cache only what the write needs; the raw bytes of rejected records (rare) are read again.
-        decoded = decode(raw, self.table).select("partition", "offset", "timestamp", "row", "is_delete", "is_bad").cache()
-        try:
+    def _ingest(self, raw: DataFrame, work: BarrierWork, watch: Stopwatch) -> tuple[int | None, tuple[int, int, int]]:
+        """One Spark job decodes the barrier's records and writes the good ones; the counts the
+        completion carries are observed on the way. The raw bytes of rejected records (rare)
+        are read again for the dead letters."""
+        with watch.phase("plan"):
+            rows, decoded, observation = self._decoded(raw, work)
+        version = self.sink.commit(work.barrier, work.generation, lambda: self._write(rows), watch=watch)
+        if self.sink.written:
+            totals = observation.get
+        else:  # committed before a restart: the write did not run, so count again (rare)
             totals = decoded.agg(F.count(F.lit(1)).alias("rows"), F.sum(F.col("is_bad").cast("int")).alias("bad")).first()
-            rows_in, rejected = int(totals["rows"]), int(totals["bad"] or 0)
-            good = decoded.where(~F.col("is_bad"))
-            if self.table.primary_key:
-                keys = [F.col(f"row.{k}") for k in self.table.primary_key]
-                newest_in_partition = Window.partitionBy(*keys, "partition").orderBy(F.col("offset").desc())
-                newest = Window.partitionBy(*keys).orderBy(F.col("timestamp").desc(), F.col("partition").desc())
-                # one shuffle by key serves both windows (hash(key) also clusters (key, partition))
-                good = (good.repartition(*keys)
-                        .withColumn("_rank", F.row_number().over(newest_in_partition)).where("_rank = 1")
-                        .withColumn("_rank", F.row_number().over(newest)).where("_rank = 1"))
-            rows = good.select("row.*", "is_delete")
-            version = None
-            if rows_in > rejected:
-                version = self.sink.commit(work.barrier, work.generation, lambda: self._write(rows))
-            if rejected:
-                bad = decode(raw, self.table).where("is_bad")
-                bad_rows = bad.select("key", "value", "topic", "partition", "offset").collect()
-                self._dead_letters(bad_rows, work)
-            return version, (rows_in, rows_in - rejected, rejected)
-        finally:
-            decoded.unpersist()
+        rows_in, rejected = int(totals["rows"]), int(totals["bad"] or 0)
+        if rejected:
+            with watch.phase("dead_letters"):
+                bad = decode(raw, self.table).where("is_bad").select("key", "value", "topic", "partition", "offset")
+                self._dead_letters(bad.collect(), work)
+        return version, (rows_in, rows_in - rejected, rejected)
+
+    def _decoded(self, raw: DataFrame, work: BarrierWork) -> tuple[DataFrame, DataFrame, Observation]:
+        """The rows to write (the last change per key for a keyed table), the decoded records,
+        and the observation that counts them (and the rejected ones) during the write."""
+        observation = Observation(f"ingest_{self.job_id}_{work.generation}_{work.barrier}_{uuid.uuid4().hex[:6]}")
+        decoded = decode(raw, self.table).observe(
+            observation, F.count(F.lit(1)).alias("rows"), F.sum(F.col("is_bad").cast("int")).alias("bad"))
+        good = decoded.where(~F.col("is_bad"))
+        if self.table.primary_key:
+            keys = [F.col(f"row.{k}") for k in self.table.primary_key]
+            newest_in_partition = Window.partitionBy(*keys, "partition").orderBy(F.col("offset").desc())
+            newest = Window.partitionBy(*keys).orderBy(F.col("timestamp").desc(), F.col("partition").desc())
+            # one shuffle by key serves both windows (hash(key) also clusters (key, partition))
+            good = (good.repartition(*keys)
+                    .withColumn("_rank", F.row_number().over(newest_in_partition)).where("_rank = 1")
+                    .withColumn("_rank", F.row_number().over(newest)).where("_rank = 1"))
+        return good.select("row.*", "is_delete"), decoded, observation
 
     def _write(self, rows: DataFrame) -> None:
         columns = [c.name for c in self.table.columns]

@@ -82,6 +82,8 @@ class Plan:
     sources: tuple[str, ...] = ()
     key: tuple[int | str, ...] | None = None
     append_only: bool = False
+    # one source that only grows: its change rows are all inserts (weight +1), never netted
+    inserts_only: bool = False
     group_positions: tuple[int, ...] = ()
     aggregates: tuple[Aggregate, ...] = ()
     # FROM/JOIN/WHERE of the query with a select list of the change rows: the result columns
@@ -270,7 +272,7 @@ def _single_plan(tree: exp.Select, items: list[exp.Expression], shape: TableShap
     if grouped:
         parts = _aggregate_parts(tree, items, WEIGHT)
         return {"kind": "aggregate", "reason": f"apply each barrier's changes of {source} (Delta change data feed) "
-                f"to the changed groups only [{_names(parts['aggregates'])}]", **parts}
+                f"to the changed groups only [{_names(parts['aggregates'])}]", "inserts_only": shape.append_only, **parts}
     star = any(isinstance(i, exp.Star) for i in items)
     key: tuple[int | str, ...] | None = None
     if shape.key is not None:
@@ -281,7 +283,7 @@ def _single_plan(tree: exp.Select, items: list[exp.Expression], shape: TableShap
     how = "appended (the source only grows)" if key is None else "applied by the source's key"
     change = tree.sql(dialect="spark") if star else _with_weight(tree, items, WEIGHT)  # * includes the weight
     return {"kind": "projection", "reason": f"changes of {source} (Delta change data feed) filtered, projected and {how}",
-            "key": key, "append_only": key is None, "change_query": change}
+            "key": key, "append_only": key is None, "inserts_only": shape.append_only, "change_query": change}
 
 
 def _join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, str],

@@ -38,6 +38,7 @@ from coordinator.client import CommandClient, Unreachable, get_json, new_request
 from coordinator.domain import AcquireLease, ReleaseLease
 from coordinator.domain.snapshot import LEVELS
 from coordinator.settings import Settings
+from spark_jobs.delta_log import read_version
 from spark_jobs.lineage import is_meta_table, register_lineage_views
 from spark_jobs.pipeline import tables_read
 
@@ -92,14 +93,11 @@ class ConsistentSnapshot:
             raise SnapshotError(f"table {name!r} is not part of this snapshot (opened for {', '.join(self.versions)}); "
                                 "open the snapshot with it, or with tables=None for every table")
         version = self.versions[name]
-        reader = self.spark.read.format("delta")
-        if version is not None:
-            reader = reader.option("versionAsOf", version)
         path = str(self.settings.warehouse.absolute() / name)
         try:
-            frame = reader.load(path)
+            frame = read_version(self.spark, path, version)
         except AnalysisException as exc:
-            if version is not None and "version" in str(exc).lower():
+            if version is not None and ("version" in str(exc).lower() or "PATH_NOT_FOUND" in str(exc)):
                 raise SnapshotError(
                     f"table {name!r} version {version} (barrier {self.barrier}) is no longer available: it was vacuumed "
                     "or its log expired; read a newer barrier, or hold a repeatable-read lease while reading") from exc

@@ -26,7 +26,7 @@ from coordinator.stream.follower import StateReader, read_state
 from coordinator.stream.topics import Topics
 from spark_jobs.commits import CompletionPublisher
 from spark_jobs.ctas import CtasCleanup
-from spark_jobs.epochs import BarrierWork, register_barrier_source, settings_options
+from spark_jobs.epochs import TRIGGER_MS, BarrierWork, register_barrier_source, settings_options
 from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.ingest import RootIngestion
 from spark_jobs.ivm import TableMaintainer
@@ -100,7 +100,7 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
         barriers.writeStream.queryName(job.job_id)
         .foreachBatch(batch)
         .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="100 milliseconds")
+        .trigger(processingTime=f"{TRIGGER_MS} milliseconds")
         .start()
     )
 

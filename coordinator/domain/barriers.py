@@ -1,7 +1,7 @@
 """The barrier clock's decision, kept pure: announce barrier ``last + 1`` now, or hold back.
 
-The Faust leader calls ``plan_barrier`` every ``barrier.interval_ms`` with the cut it just
-measured (end offsets of every external topic in use).
+The Faust leader asks ``next_due`` often (every few tens of ms); once a barrier is due it
+measures the cut (end offsets of every external topic in use) and calls ``plan_barrier``.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from coordinator.domain.events import BarrierAnnounced, CutEntry
+from coordinator.domain.pacing import due_at
 from coordinator.domain.state import MetaState
 
 
 @dataclass(frozen=True)
 class BarrierConfig:
-    interval_ms: int = 1000
+    interval_ms: int = 1000  # the shortest spacing; pacing stretches it to what the slowest job sustains
     max_inflight: int = 3
     liveness_ms: int = 30_000
     catchup_stride: int = 10
@@ -35,6 +36,20 @@ def commit_points(start: int, end: int, stride: int) -> list[int]:
         return list(range(start + 1, end + 1))
     folded_to = end - end % stride
     return [b for b in range(start + 1, folded_to + 1) if b % stride == 0] + list(range(folded_to + 1, end + 1))
+
+
+def next_due(state: MetaState, now_ms: int, config: BarrierConfig = BarrierConfig()) -> int | None:
+    """Epoch ms at which the next barrier is due (``coordinator.domain.pacing``), or None while
+    more than ``max_inflight`` barriers are incomplete in a live job (backpressure).
+
+    >>> from coordinator.domain.fold import fold_all
+    >>> next_due(fold_all([BarrierAnnounced(1, 1000)]), 1200)
+    2000
+    """
+    live = state.live_jobs(now_ms, config.liveness_ms)
+    if state.inflight(live) > config.max_inflight:
+        return None
+    return due_at(state, live, now_ms, config.interval_ms)
 
 
 def plan_barrier(

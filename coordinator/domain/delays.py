@@ -4,6 +4,12 @@ E2E delay of table X at barrier b = committed_at(X, b) - ts(b). A job's own dela
 committed_at(sink, b) - max(committed_at(source, b)) (root jobs: - ts(b)). The bottleneck is
 the job with the largest own delay upstream of the table with the largest E2E delay.
 
+Staleness is what a reader feels: at time t a read-committed read of X sees the newest
+barrier X has committed by t, and everything produced before that barrier's time; staleness(t)
+= t - ts(that barrier). It grows between two commits and drops at each, so E2E alone (the
+drop) understates it by up to one barrier interval; the report gives its time-weighted p50 and
+p99 between the first and the last of the recent commits.
+
 >>> from coordinator.domain import BarrierAnnounced, BarrierCompleted, TableState, fold_all
 >>> s = fold_all([TableState("t", "root"), BarrierAnnounced(1, 1000), BarrierCompleted("j", "t", 1, 0, 3, committed_at_ms=1400)])
 >>> delay_report(s)["tables"]["t"]["e2e_p50_ms"]
@@ -29,6 +35,26 @@ def percentile(values: list[int], p: float) -> int | None:
     return ordered[max(0, min(len(ordered) - 1, -(-int(p * 1000) * len(ordered) // 1000) - 1))]
 
 
+def staleness(commits: list[tuple[int, int]], samples: int = 1000) -> list[int]:
+    """Staleness sampled at ``samples`` evenly spaced instants from the first commit to the last;
+    ``commits`` are (committed_at_ms, barrier ts_ms) of one table's barriers in barrier order.
+
+    >>> staleness([(1500, 1000), (2500, 2000)], samples=4)  # 0.5 s right after a commit, 1.5 s just before the next
+    [500, 750, 1000, 1250]
+    """
+    ordered = sorted(commits)
+    if len(ordered) < 2:
+        return []
+    start, end = ordered[0][0], ordered[-1][0]
+    out, i = [], 0
+    for k in range(samples):
+        t = start + (end - start) * k // samples
+        while i + 1 < len(ordered) and ordered[i + 1][0] <= t:
+            i += 1
+        out.append(t - ordered[i][1])
+    return out
+
+
 def _committed(state: MetaState, table: str) -> dict[int, int]:
     """barrier -> committed_at_ms of the completions of ``table`` that count."""
     return {b: c.committed_at_ms for b, c in state.completions.get(table, {}).items() if state.counts(c)}
@@ -44,24 +70,30 @@ def delay_report(state: MetaState, last: int = 100) -> dict[str, Any]:
         committed = _committed(state, name)
         recent = sorted(b for b in committed if b in state.barriers)[-last:]
         e2e = [committed[b] - state.barriers[b].ts_ms for b in recent]
+        stale = staleness([(committed[b], state.barriers[b].ts_ms) for b in recent])
         latest = max(committed, default=None)
         writer = state.writer_of(name)
         tables[name] = {"latest_exact_barrier": latest, "lag_barriers": newest - (latest or 0),
                         "e2e_p50_ms": percentile(e2e, 0.5), "e2e_p99_ms": percentile(e2e, 0.99),
-                        "e2e_last_ms": e2e[-1] if e2e else None, "writer": writer.job_id if writer else None}
+                        "e2e_last_ms": e2e[-1] if e2e else None, "staleness_p50_ms": percentile(stale, 0.5),
+                        "staleness_p99_ms": percentile(stale, 0.99), "writer": writer.job_id if writer else None}
     jobs: dict[str, Any] = {}
     for job in sorted(state.jobs.values(), key=lambda j: j.job_id):
         sink = _committed(state, job.sink)
         sources = [_committed(state, s) for s in job.sources]
         own = []
+        phases: dict[str, list[int]] = {}
         for b in sorted(sink)[-last:]:
+            for phase in state.completions[job.sink][b].phases:
+                phases.setdefault(phase.name, []).append(phase.ms)
             if job.sources:
                 if all(b in s for s in sources):
                     own.append(sink[b] - max(s[b] for s in sources))
             elif b in state.barriers:
                 own.append(sink[b] - state.barriers[b].ts_ms)
         jobs[job.job_id] = {"sink": job.sink, "status": job.status, "own_p50_ms": percentile(own, 0.5),
-                            "own_p99_ms": percentile(own, 0.99)}
+                            "own_p99_ms": percentile(own, 0.99),
+                            "phases_p50_ms": {name: percentile(ms, 0.5) for name, ms in phases.items()}}
     return {"tables": tables, "jobs": jobs, "bottleneck": _bottleneck(state, tables, jobs)}
 
 

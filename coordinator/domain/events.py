@@ -52,6 +52,14 @@ class SourceVersion:
 
 
 @dataclass(frozen=True)
+class PhaseTime:
+    """Milliseconds a job spent in one phase of a barrier (planning, the Spark write, ...)."""
+
+    name: str
+    ms: int
+
+
+@dataclass(frozen=True)
 class GenerationStart:
     """Generation ``generation`` of a table is valid for barriers after ``from_barrier``."""
 
@@ -190,6 +198,7 @@ class BarrierCompleted:
     source_offsets: tuple[OffsetRange, ...] = ()
     started_at_ms: int = 0
     committed_at_ms: int = 0
+    phases: tuple[PhaseTime, ...] = ()  # where the time between started and committed went
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from coordinator.domain.errors import Rejected
 from coordinator.domain.snapshot import resolve_snapshot
 from coordinator.settings import Settings
 from coordinator.stream import views
-from coordinator.stream.coordinator import Coordinator
+from coordinator.stream.coordinator import TICK_MS, Coordinator
 from coordinator.stream.topics import Topics, ensure_topics
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ app = LockstepApp(
     topic_partitions=1,
     topic_replication_factor=settings.replication_factor,
     web_host=_url.hostname or "127.0.0.1",
+    web_bind=_url.hostname or "127.0.0.1",  # listen on the URL's host only (Faust binds 0.0.0.0 by default)
     web_port=_url.port or 6066,
     broker_session_timeout=10.0,
     broker_heartbeat_interval=2.0,
@@ -91,7 +92,7 @@ async def handle_commands(stream: faust.StreamT) -> None:
         await loop.run_in_executor(None, coordinator().handle_command, raw)
 
 
-@app.timer(interval=barrier_config.interval_ms / 1000.0, on_leader=True)
+@app.timer(interval=min(barrier_config.interval_ms, TICK_MS) / 1000.0, on_leader=True)
 async def barrier_clock() -> None:
     if not _ready.is_set():
         return

@@ -30,12 +30,14 @@ from coordinator.domain import (
     entity_key,
     expire_leases,
 )
-from coordinator.domain.barriers import BarrierConfig, plan_barrier
+from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
 from coordinator.settings import Settings
 from coordinator.stream.follower import StateFollower
 from coordinator.stream.topics import Topics
 
 log = logging.getLogger(__name__)
+
+TICK_MS = 50  # how often the leader asks whether a barrier is due
 
 
 def now_ms() -> int:
@@ -62,6 +64,9 @@ class Coordinator:
         self.producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "linger.ms": 0}))
         self.admin = AdminClient(settings.kafka_config())
         self.counters = Counters()
+        self._due: int | None = None  # when the next barrier is due (None: held back)
+        self._planned_at_events = -1  # events folded when that was planned
+        self._planned_at_ms = 0
 
     def start(self) -> None:
         self.follower.start()
@@ -163,6 +168,21 @@ class Coordinator:
         return [CutEntry(tp.topic, tp.partition, f.result().offset) for tp, f in futures.items()]
 
     def tick_barrier(self) -> BarrierAnnounced | None:
+        """Announce the next barrier if it is due; called every ``TICK_MS`` on the leader. The
+        pacing is planned again only when new facts were folded, the due time came, or a second
+        passed (a job may have stopped counting as live)."""
+        now = now_ms()
+        folded = self.follower.reader.stats.events_folded
+        if folded == self._planned_at_events and now < min(self._due or now + 1000, self._planned_at_ms + 1000):
+            return None
+        with self.follower.reader.lock:
+            self._due = next_due(self.state, now, self.barrier_config)
+        self._planned_at_events, self._planned_at_ms = folded, now
+        if self._due is None:
+            self.counters.barriers_held_back += 1
+            return None
+        if now < self._due:
+            return None
         self.follower.wait_current()
         with self.follower.reader.lock:
             topics = self.state.external_topics()
@@ -174,6 +194,7 @@ class Coordinator:
             return None
         self.write([barrier])
         self.counters.barriers_announced += 1
+        self._planned_at_events = -1  # plan the next one afresh
         return barrier
 
     def tick_leases(self) -> int:

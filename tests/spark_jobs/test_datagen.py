@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
 import pytest
 
 from coordinator.settings import Settings
-from spark_jobs.datagen import ShoppingGenerator, ensure_topic, unit_price
+from spark_jobs.datagen import RateGenerator, ensure_topic, purchases, unit_price
 
 pytestmark = [pytest.mark.integration]
 
@@ -20,7 +21,8 @@ def test_purchases_arrive_at_the_rate_with_fixed_unit_prices(settings: Settings,
     assert ensure_topic(settings, topic, partitions=2)
     assert not ensure_topic(settings, topic, partitions=2)  # already there
     lines: list[str] = []
-    generator = ShoppingGenerator(settings, topic, rate=400, users=7, items=5)
+    before = int(time.time() * 1000)
+    generator = RateGenerator(settings, topic, rate=400, make=purchases(users=7, items=5))
     sent = generator.run(threading.Event(), seconds=2.5, progress=lines.append, every=1.0)
     assert generator.failed == 0
     assert 800 <= sent <= 1000  # 2.5 s at 400/s, give or take one step
@@ -31,7 +33,8 @@ def test_purchases_arrive_at_the_rate_with_fixed_unit_prices(settings: Settings,
         r = json.loads(value)
         assert int(key) == r["user_id"] < 7 and 0 <= r["item_id"] < 5 and 1 <= r["amount"] <= 5
         assert r["price"] == r["amount"] * unit_price(r["item_id"])
-    assert any("purchases to" in line and "target 400/s" in line for line in lines)
+        assert before <= r["ts"] <= int(time.time() * 1000)  # the produce time
+    assert any("records to" in line and "target 400/s" in line for line in lines)
 
 
 def test_datagen_command(lockstep_cli: Callable, read_topic: Callable) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.domain import BarrierAnnounced, BarrierCompleted, DeregisterJob, MetaState
+from coordinator.domain import BarrierAnnounced, BarrierCompleted, DeregisterJob, MetaState, PhaseTime
 from coordinator.domain.delays import delay_report
 
 
@@ -26,6 +26,19 @@ def test_own_delays_find_the_bottleneck_on_the_slowest_path(make_state: Callable
     assert report["jobs"]["amount_job"]["own_p50_ms"] == 300
     assert report["bottleneck"] == "price_job"
     assert report["tables"]["user_item_price"]["lag_barriers"] == 0
+    # Readers of shopping see barrier b from ts + 200 until b + 1 commits 1 s later: 0.2 .. 1.2 s.
+    # Sampled evenly over the window, so the p50 is mid-way and the p99 just before a commit.
+    assert 690 <= report["tables"]["shopping"]["staleness_p50_ms"] <= 710
+    assert 1170 <= report["tables"]["shopping"]["staleness_p99_ms"] <= 1200
+
+
+def test_phases_of_a_job_are_reported_per_barrier(make_state: Callable[..., MetaState]) -> None:
+    facts = [BarrierAnnounced(1, 1000), BarrierAnnounced(2, 2000)] + [
+        BarrierCompleted("ingest_shopping", "shopping", b, 0, b, committed_at_ms=b * 1000 + 500,
+                         phases=(PhaseTime("plan", 10 * b), PhaseTime("write", 300))) for b in (1, 2)]
+    report = delay_report(make_state(*facts, shopping_topology=True))
+    assert report["jobs"]["ingest_shopping"]["phases_p50_ms"] == {"plan": 10, "write": 300}
+    assert report["jobs"]["amount_job"]["phases_p50_ms"] == {}
 
 
 def test_a_stopped_job_stays_listed_with_its_status_and_is_never_the_bottleneck(
@@ -51,4 +64,5 @@ def test_no_completions_no_figures(make_state: Callable[..., MetaState]) -> None
     report = delay_report(make_state(BarrierAnnounced(1, 1000), shopping_topology=True))
     assert report["bottleneck"] is None
     assert report["tables"]["shopping"] == {"latest_exact_barrier": None, "lag_barriers": 1, "e2e_p50_ms": None,
-                                            "e2e_p99_ms": None, "e2e_last_ms": None, "writer": "ingest_shopping"}
+                                            "e2e_p99_ms": None, "e2e_last_ms": None, "staleness_p50_ms": None,
+                                            "staleness_p99_ms": None, "writer": "ingest_shopping"}

@@ -20,7 +20,7 @@ def test_table_delays_and_metrics(make_state: Callable[..., MetaState]) -> None:
     assert views.table(state, "nope") is None
     assert views.delays(state)["tables"]["shopping"] == {
         "latest_exact_barrier": 1, "lag_barriers": 1, "e2e_p50_ms": 700, "e2e_p99_ms": 700, "e2e_last_ms": 700,
-        "writer": "ingest_shopping"}
+        "staleness_p50_ms": None, "staleness_p99_ms": None, "writer": "ingest_shopping"}
     assert views.delays(state)["tables"]["user_item_price"]["lag_barriers"] == 2
     text = views.metrics(state, {"decode_errors": 3})
     assert 'lockstep_barrier_lag{table="shopping"} 1' in text

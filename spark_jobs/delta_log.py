@@ -1,0 +1,117 @@
+"""Light reads of a Delta table's log through the DeltaLog this Spark application already holds,
+and the log upkeep a job does between barriers.
+
+A job needs two facts after each barrier's write: the version the write made, and the
+metadata stamped on that commit. ``DeltaTable.history(1)`` answers both with a Spark job
+(0.1-0.4 s each time); the DeltaLog's in-memory snapshot and one read of the commit file
+answer them in milliseconds. No data is read here: data always goes through Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import unquote
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+
+def _delta(spark: SparkSession) -> Any:
+    return spark._jvm.org.apache.spark.sql.delta  # type: ignore[union-attr]
+
+
+def _log(spark: SparkSession, path: str) -> Any:
+    return _delta(spark).DeltaLog.forTable(spark._jsparkSession, path)
+
+
+def newest_commit(spark: SparkSession, path: str) -> tuple[int, dict[str, Any]]:
+    """(version, userMetadata parsed as a JSON object) of the newest commit this application
+    knows of the table at ``path``: right after a write through ``spark``, the commit that
+    write made (a write Delta skipped as already done leaves the commit before it)."""
+    delta = _delta(spark)
+    log = _log(spark, path)
+    version = int(log.unsafeVolatileSnapshot().version())
+    info = delta.DeltaHistoryManager.getCommitInfoOpt(
+        log.store(), delta.util.FileNames.unsafeDeltaFile(log.logPath(), version), log.newDeltaHadoopConf())
+    raw = info.get().userMetadata() if info.isDefined() else None
+    return version, parse_metadata(raw.get() if raw is not None and raw.isDefined() else None)
+
+
+def table_bytes(spark: SparkSession, path: str) -> int:
+    """Size of the table's current files, from the snapshot this application holds: its
+    checksum file says it (asking the snapshot itself would reconstruct its state)."""
+    snapshot = _log(spark, path).unsafeVolatileSnapshot()
+    checksum = snapshot.checksumOpt()
+    return int(checksum.get().tableSizeBytes() if checksum.isDefined() else snapshot.sizeInBytes())
+
+
+def prepare_next_write(spark: SparkSession, path: str, checkpoint: bool) -> None:
+    """Work for the next write, done while the job waits for its next barrier: the state of the
+    table's newest snapshot, where Delta looks up the txn marks (``txnAppId``) and the files a
+    write replaces (a few Spark jobs per new version), and, if ``checkpoint``, a checkpoint of
+    the log (which Delta would otherwise write inside every 10th commit)."""
+    log = _log(spark, path)
+    snapshot = log.unsafeVolatileSnapshot()
+    snapshot.transactions()
+    if checkpoint:
+        log.checkpointAndCleanUpDeltaLog(snapshot, spark._jvm.scala.Option.empty())  # type: ignore[union-attr]
+
+
+def parse_metadata(raw: str | None) -> dict[str, Any]:
+    """A commit's userMetadata as a dict ({} if absent or not a JSON object).
+
+    >>> parse_metadata('{"barrier": 3}'), parse_metadata("not json"), parse_metadata(None)
+    ({'barrier': 3}, {}, {})
+    """
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def version_files(spark: SparkSession, path: str, version: int) -> tuple[list[str], str] | None:
+    """The data files that make up ``version`` of the table at ``path`` and its schema (JSON),
+    from that version's checksum file, which Delta writes with every commit and which lists the
+    files of a table of up to 50 of them. None where that is not enough to read the version as
+    Delta would (no checksum or no file list in it, deletion vectors, partition columns, column
+    mapping): the caller then asks Delta, whose time travel first reconstructs the version's
+    state with several Spark jobs (0.5-0.9 s a table on this machine, against ~0.1 s this way)."""
+    jvm = spark._jvm  # type: ignore[union-attr]
+    checksum = _log(spark, path).readChecksum(version, jvm.scala.Option.empty())
+    if not checksum.isDefined() or not checksum.get().allFiles().isDefined():
+        return None
+    metadata = checksum.get().metadata()
+    if metadata.partitionColumns().nonEmpty() or metadata.configuration().get("delta.columnMapping.mode").isDefined():
+        return None
+    files = []
+    for add in jvm.scala.jdk.javaapi.CollectionConverters.asJava(checksum.get().allFiles().get()):
+        if add.deletionVector() is not None:
+            return None
+        files.append(_absolute(path, unquote(add.path())))
+    return files, metadata.schemaString()
+
+
+def _absolute(table: str, file: str) -> str:
+    """A data file's path as the log states it (relative to the table, or a full URI) made whole.
+
+    >>> _absolute("/w/t/", "part-0.parquet"), _absolute("/w/t", "s3a://b/t/part-0.parquet")
+    ('/w/t/part-0.parquet', 's3a://b/t/part-0.parquet')
+    """
+    return file if "://" in file or file.startswith("/") else f"{table.rstrip('/')}/{file}"
+
+
+def read_version(spark: SparkSession, path: str, version: int | None) -> DataFrame:
+    """The table at ``path`` as of ``version`` (None: its latest), read by Spark. Every read of
+    a table at a version goes through here, so it costs one Spark job wherever the version's
+    checksum lists its files (``version_files``), and Delta's time travel otherwise."""
+    found = version_files(spark, path, version) if version is not None else None
+    if found is None:
+        reader = spark.read.format("delta")
+        return (reader if version is None else reader.option("versionAsOf", version)).load(path)
+    files, schema_json = found
+    schema = StructType.fromJson(json.loads(schema_json))
+    return spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
