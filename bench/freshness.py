@@ -510,8 +510,9 @@ def main() -> None:
                         help="Lockstep's jobs in one `lockstep run` (one Spark application) or one per job (default one)")
     parser.add_argument("--plain-layout", choices=["one", "per-job"], default="per-job",
                         help="plain queries in one Spark application or one per query (default per-job)")
-    parser.add_argument("--reader-nice", type=int, default=10,
-                        help="the reader's niceness: 10 (default) lets it use the CPU the jobs leave; 0 competes with them")
+    parser.add_argument("--reader-nice", type=int, default=0,
+                        help="the reader's niceness: 0 (default) shares the CPU fairly with the jobs, as the issue's "
+                             "reader does; 10 leaves it what the jobs do not use (it then reads rarely)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (logs, tables) for a look")
     parser.add_argument("--run-arg", dest="run_args", action="append", default=[], help="extra `lockstep run` argument")
     args = parser.parse_args()

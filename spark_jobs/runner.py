@@ -83,6 +83,9 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
                                     publisher)
 
     def batch(frame: DataFrame, batch_id: int) -> None:
+        # Each job's Spark jobs go to a scheduler pool of its own: a small barrier of one job
+        # does not queue behind the tasks of a big one (FAIR between pools, see session.py).
+        session.sparkContext.setLocalProperty("spark.scheduler.pool", job.job_id)
         for row in sorted(frame.collect(), key=lambda r: r["barrier"]):
             work = BarrierWork.from_row(row)
             processor.process(work)
