@@ -31,7 +31,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.client import get_json
+from coordinator.client import Unreachable, get_json
 from coordinator.dev.broker import LocalBroker, port_in_use, topic_count
 from coordinator.dev.worker import WorkerProcess, healthy
 from coordinator.settings import Settings
@@ -40,6 +40,7 @@ from spark_jobs.probes import LEVELS, LevelStats, Prober
 from spark_jobs.reads import CoordinatorUnreachable
 
 SHOPPING = Path(__file__).resolve().parents[1] / "pipelines" / "shopping.sql"
+CAUGHT_UP = 2  # barriers a table may lag when the demo starts generating and reading
 
 
 class DemoError(RuntimeError):
@@ -188,6 +189,27 @@ def _stop(child: subprocess.Popen[bytes], grace: float) -> None:
         child.wait(10)
 
 
+def _wait_ready(settings: Settings, tables: list[str], jobs: subprocess.Popen[bytes], say: Callable[[str], None],
+                timeout: float = 300) -> None:
+    """Until every derived table is at most ``CAUGHT_UP`` barriers behind (Spark started, tables
+    made, the backlog of an earlier run worked off), so the demo's clock and the purchases start
+    when the pipeline runs, not while it starts."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if jobs.poll() is not None:
+            raise DemoError(f"the pipeline's jobs exited (code {jobs.returncode}); see {settings.home / 'logs' / 'jobs.log'}")
+        try:
+            figures = get_json(settings, "/delays")["tables"]
+            if all(t in figures and figures[t]["latest_exact_barrier"] is not None
+                   and figures[t]["lag_barriers"] <= CAUGHT_UP for t in tables):
+                say(f"the jobs are running and caught up after {time.monotonic() - started:.0f} s")
+                return
+        except Unreachable:
+            pass  # the worker is busy: ask again
+        time.sleep(0.5)
+    raise DemoError(f"the jobs made no table within {timeout:.0f} s; see {settings.home / 'logs' / 'jobs.log'}")
+
+
 def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None] = print,
              console: Console | None = None) -> DemoResult:
     """Run the demo for ``options.seconds`` (Ctrl-C ends it early; the result says so)."""
@@ -213,10 +235,11 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             pipeline = register_pipeline(settings, pipeline)
             say(f"registered {options.pipeline.name}: " + ", ".join(f"{j.job_id} -> {j.sink}" for j in pipeline.jobs))
             jobs = stack.enter_context(_jobs(settings, options.pipeline, say))
-            stack.enter_context(_generator(settings, topic, options, say))
             os.environ.setdefault("LOCKSTEP_SPARK_LOG_LEVEL", "ERROR")  # keep the live view readable
-            spark = build_session("lockstep-demo-reads", settings=settings)
+            spark = build_session("lockstep-demo-reads", settings=settings)  # starts while the jobs start
             stack.callback(spark.stop)
+            _wait_ready(settings, [d.name for d in pipeline.derived], jobs, say)
+            stack.enter_context(_generator(settings, topic, options, say))
             consumer = Consumer(settings.kafka_config(**{"group.id": "lockstep-demo-sizes"}))
             stack.callback(consumer.close)
             prober = Prober(spark, settings)

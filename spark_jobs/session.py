@@ -46,12 +46,6 @@ DEFAULT_CONF: dict[str, str] = {
     # snapshot's state took 3 jobs instead of 1), and one partition holds a small table's log.
     "spark.sql.adaptive.enabled": "false",
     "spark.databricks.delta.snapshotPartitions": "1",
-    # Tasks built a code-generated projection per task (the Delta writer, file scans, encoders)
-    # by generating and hashing Java source each time: a third of all task time in a barrier.
-    # Interpreted projections cost nothing to create; whole-stage codegen of the big operators
-    # stays on. Measured on one barrier of root + aggregate in one process: 0.80 -> 0.70 s and
-    # 1.28 -> 0.98 s (medians of 25 barriers, 2 runs each).
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
     # Jobs sharing an application take turns task by task (each job has its own pool, set by
     # the runner), instead of first come, first served: under FIFO an aggregate's barrier of a
