@@ -54,8 +54,10 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 # Loggers whose warnings say nothing a Lockstep user can act on: a barrier's micro-batch
-# taking longer than the query's trigger interval is normal (the trigger only asks for barriers).
-QUIET_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",)
+# taking longer than the query's trigger interval is normal (the trigger only asks for barriers),
+# and each job's scheduler pool is made on first use, with the defaults, on purpose.
+QUIET_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+                 "org.apache.spark.scheduler.FairSchedulableBuilder")
 
 
 class SparkSetupError(RuntimeError):
