@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coordinator.domain.delays import percentile
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -392,13 +394,6 @@ def _reads(path: Path, after: float) -> list[dict[str, Any]]:
     return [r for r in lines if r["t"] >= after and "error" not in r]
 
 
-def _pct(values: list[float], p: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(round(p * len(ordered))) - 1))]
-
-
 def _job_costs(settings: Any, topology: Topology, start: float, end: float) -> dict[str, Any]:
     """Per job, over the barriers announced in the measured window: how long each one waited
     for its inputs, took, and (where the job reports it) where that time went."""
@@ -430,7 +425,7 @@ def _job_costs(settings: Any, topology: Topology, start: float, end: float) -> d
             rows.setdefault("rows_in", []).append(c.rows_in)
             for phase in getattr(c, "phases", ()):
                 rows.setdefault(phase.name, []).append(phase.ms)
-        out[job.job_id] = {k: (statistics.median(v), _pct(v, 0.9)) for k, v in rows.items()}
+        out[job.job_id] = {k: (statistics.median(v), percentile(v, 0.9)) for k, v in rows.items()}
         out[job.job_id]["committed"] = len(rows.get("process", []))
     return out
 
@@ -454,12 +449,12 @@ def report(topology: Topology, results: dict[str, dict[str, Any]], args: argpars
     for system, res in results.items():
         reads = res["reads"]
         stale = [r["staleness_ms"] / 1000 for r in reads if r["staleness_ms"] is not None]
-        summary[system] = {"p50": _pct(stale, 0.5), "p90": _pct(stale, 0.9), "p99": _pct(stale, 0.99),
+        summary[system] = {"p50": percentile(stale, 0.5), "p90": percentile(stale, 0.9), "p99": percentile(stale, 0.99),
                            "max": max(stale, default=None)}
         quarters = _quarters(reads)
         bad = [r for r in reads if r["anomalies"]]
         rows.append((system, len(reads), len(reads) / args.seconds, summary[system], len(bad), sum(r["anomalies"] for r in bad),
-                     [_pct(q, 0.5) for q in quarters], statistics.median([r["read_ms"] for r in reads]) if reads else None))
+                     [percentile(q, 0.5) for q in quarters], statistics.median([r["read_ms"] for r in reads]) if reads else None))
     print(f"{'system':10s} {'reads':>6s} {'reads/s':>7s} {'stale p50':>9s} {'p90':>6s} {'p99':>6s} {'max':>6s} "
           f"{'anomalous reads (rows)':>23s}  {'p50 per quarter':24s} {'read p50':>8s}")
     for system, n, rate, s, bad, bad_rows, quarters, read_ms in rows:

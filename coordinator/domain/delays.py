@@ -18,12 +18,15 @@ p99 between the first and the last of the recent commits.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 from coordinator.domain.state import MetaState
 
+N = TypeVar("N", int, float)
 
-def percentile(values: list[int], p: float) -> int | None:
+
+def percentile(values: Sequence[N], p: float) -> N | None:
     """Nearest-rank percentile; None for no values.
 
     >>> percentile([5, 1, 3, 2, 4], 0.5), percentile([5, 1, 3, 2, 4], 0.99), percentile([], 0.5)
