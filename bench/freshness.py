@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.domain.delays import percentile
+from coordinator.domain.pacing import ready_at
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -412,11 +413,7 @@ def _job_costs(settings: Any, topology: Topology, start: float, end: float) -> d
             c = done.get(b)
             if c is None or not c.started_at_ms:
                 continue
-            if job.sources:
-                ready = max((done_s.committed_at_ms for s in job.sources if (done_s := state.completions.get(s, {}).get(b))),
-                            default=None)
-            else:
-                ready = window[b].ts_ms
+            ready = ready_at(state, job, b)
             if ready is None:
                 continue
             rows.setdefault("wait", []).append(c.started_at_ms - ready)

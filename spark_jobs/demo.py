@@ -118,6 +118,12 @@ def _answers(bootstrap: str) -> bool:
         return False
 
 
+def _child_env(settings: Settings) -> dict[str, str]:
+    """The environment of a child that must see the demo's settings (the worker, the jobs)."""
+    return {**os.environ, "LOCKSTEP_BOOTSTRAP": settings.bootstrap, "LOCKSTEP_HOME": str(settings.home),
+            "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix, "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url}
+
+
 @contextmanager
 def _coordinator(settings: Settings, say: Callable[[str], None]) -> Iterator[None]:
     url = urlparse(settings.coordinator_url)
@@ -128,9 +134,7 @@ def _coordinator(settings: Settings, say: Callable[[str], None]) -> Iterator[Non
     if url.hostname not in ("127.0.0.1", "localhost") or url.port is None:
         raise DemoError(f"no coordinator answers at LOCKSTEP_COORDINATOR_URL={settings.coordinator_url} and the demo only "
                         "starts one on 127.0.0.1:<port>; start it there with `lockstep worker`, or unset the variable")
-    env = {**os.environ, "LOCKSTEP_BOOTSTRAP": settings.bootstrap, "LOCKSTEP_HOME": str(settings.home),
-           "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix, "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url}
-    worker = WorkerProcess(env, url.port, settings.home / "logs" / "worker.log")
+    worker = WorkerProcess(_child_env(settings), url.port, settings.home / "logs" / "worker.log")
     say(f"starting a coordinator worker on {worker.url} (log {worker.log}) ...")
     try:
         worker.start()
@@ -165,11 +169,9 @@ def _jobs(settings: Settings, pipeline: Path, say: Callable[[str], None]) -> Ite
     own, so the demo's reads (in this process's Spark) never queue behind a barrier's work."""
     log = settings.home / "logs" / "jobs.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "LOCKSTEP_BOOTSTRAP": settings.bootstrap, "LOCKSTEP_HOME": str(settings.home),
-           "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix, "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url}
     with open(log, "ab") as out:
         child = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "run", str(pipeline)], stdout=out,
-                                 stderr=subprocess.STDOUT, start_new_session=True, env=env)
+                                 stderr=subprocess.STDOUT, start_new_session=True, env=_child_env(settings))
     say(f"running the pipeline's jobs in their own Spark application (log {log})")
     try:
         yield child
@@ -189,6 +191,12 @@ def _stop(child: subprocess.Popen[bytes], grace: float) -> None:
         child.wait(10)
 
 
+def _check_running(jobs: subprocess.Popen[bytes], settings: Settings) -> None:
+    """Raise DemoError if the jobs' process has exited (its log says why)."""
+    if jobs.poll() is not None:
+        raise DemoError(f"the pipeline's jobs exited (code {jobs.returncode}); see {settings.home / 'logs' / 'jobs.log'}")
+
+
 def _wait_ready(settings: Settings, tables: list[str], jobs: subprocess.Popen[bytes], say: Callable[[str], None],
                 timeout: float = 300) -> None:
     """Until every derived table is at most ``CAUGHT_UP`` barriers behind (Spark started, tables
@@ -196,8 +204,7 @@ def _wait_ready(settings: Settings, tables: list[str], jobs: subprocess.Popen[by
     when the pipeline runs, not while it starts."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        if jobs.poll() is not None:
-            raise DemoError(f"the pipeline's jobs exited (code {jobs.returncode}); see {settings.home / 'logs' / 'jobs.log'}")
+        _check_running(jobs, settings)
         try:
             figures = get_json(settings, "/delays")["tables"]
             if all(t in figures and figures[t]["latest_exact_barrier"] is not None
@@ -287,9 +294,7 @@ def _read_until(options: DemoOptions, prober: Prober, jobs: subprocess.Popen[byt
                 say(f"read failed, retrying: {exc}")
                 time.sleep(1)
             level += 1
-            if jobs.poll() is not None:
-                raise DemoError(f"the pipeline's jobs exited (code {jobs.returncode}); see "
-                                f"{prober.settings.home / 'logs' / 'jobs.log'}")
+            _check_running(jobs, prober.settings)
             result.purchases = purchases()
             if live is not None:
                 live.update(view())

@@ -41,7 +41,7 @@ def _completion(state: MetaState, table: str, barrier: int) -> BarrierCompleted 
     return done if done is not None and state.counts(done) else None
 
 
-def _ready_at(state: MetaState, job: JobState, barrier: int) -> int | None:
+def ready_at(state: MetaState, job: JobState, barrier: int) -> int | None:
     """When ``barrier`` reached ``job``: announced (root jobs), or committed by its last source."""
     if not job.sources:
         announced = state.barriers.get(barrier)
@@ -59,7 +59,7 @@ def job_pace(state: MetaState, job: JobState, last: int) -> JobPace:
         if done is None or not done.started_at_ms:
             continue
         costs.append(done.committed_at_ms - done.started_at_ms)
-        ready = _ready_at(state, job, b)
+        ready = ready_at(state, job, b)
         before = _completion(state, job.sink, b - 1)
         if ready is not None:
             could_start = max(ready, before.committed_at_ms if before is not None else 0)
