@@ -10,7 +10,9 @@ For each topology, one run of each system on a fresh local broker:
 * a reader in its own process (its own Spark) reads back to back: Lockstep at read-committed,
   plain at each table's latest version. Staleness of a read = the time the rows are in hand
   minus the newest produce time visible in them (so it counts the wait for the barrier too);
-  an anomaly is a row that no consistent state could produce.
+  an anomaly is a row that no consistent state could produce. With ``--reader-cache`` both
+  readers reuse the rows of an earlier read of the same table versions instead of running the
+  query again (the jobs then get the CPU a back-to-back reader takes).
 
 Printed: staleness percentiles after ``--warmup`` and their trend (does it grow?), reads per
 second, anomalies, the ratio Lockstep / plain, CPU used per process, and for Lockstep the
@@ -171,29 +173,53 @@ def yield_cpu(nice: int) -> None:
         pass  # no autogroups on this kernel: niceness alone applies
 
 
-def child_read(topology: Topology, system: str, until: float, out: Path, nice: int) -> None:
+CACHED_PAUSE_S = 0.05  # a caching reader's pause after a read that found nothing new
+
+
+def child_read(topology: Topology, system: str, until: float, out: Path, nice: int, cache: bool) -> None:
     """Reads back to back until ``until`` (epoch s); one JSON line per read. At ``nice`` > 0 the
-    reader takes the CPU the jobs leave, so it measures the pipeline instead of slowing it."""
+    reader takes the CPU the jobs leave, so it measures the pipeline instead of slowing it.
+    With ``cache`` a read of the same table versions as an earlier one returns that read's rows
+    without Spark (Delta versions never change): both systems' readers then cost CPU only when
+    there is something new to read (plain: its tables' newest versions, from their logs)."""
     yield_cpu(nice)
     from coordinator.settings import Settings
+    from spark_jobs.delta_log import latest_version
     from spark_jobs.reads import SnapshotError, open_snapshot
     from spark_jobs.session import build_session
 
     settings = Settings.from_env()
     spark = build_session(f"reader-{system}", settings=settings)
     tables = list(topology.aggregates)
+    seen: dict[tuple[tuple[str, int | None], ...], list[Any]] = {}
     with open(out, "w") as sink:
         while time.time() < until:
             t0 = time.time()
             try:
                 if system == "lockstep":
                     with open_snapshot(spark, tables, "read-committed", settings=settings) as snap:
-                        rows = snap.sql(topology.read).collect()
+                        key = tuple(sorted(snap.versions.items()))
+                        rows = seen.get(key) if cache else None
+                        if rows is None:
+                            rows = snap.sql(topology.read).collect()
                         barrier = snap.barrier
                 else:
-                    for t in tables:
-                        spark.read.format("delta").load(str(settings.warehouse.absolute() / t)).createOrReplaceTempView(t)
-                    rows, barrier = spark.sql(topology.read).collect(), None
+                    paths = {t: str(settings.warehouse.absolute() / t) for t in tables}
+                    versions = {t: latest_version(spark, path) for t, path in paths.items()} if cache else {}
+                    key = tuple(sorted(versions.items()))
+                    rows = seen.get(key) if cache else None
+                    if rows is None:
+                        for t, path in paths.items():
+                            reader = spark.read.format("delta")
+                            if cache:
+                                reader = reader.option("versionAsOf", versions[t])
+                            reader.load(path).createOrReplaceTempView(t)
+                        rows = spark.sql(topology.read).collect()
+                    barrier = None
+                if cache:
+                    if key in seen:
+                        time.sleep(CACHED_PAUSE_S)  # nothing new: ask again soon, without hammering the coordinator
+                    seen = {key: rows}  # readers move forward: the newest versions are the ones asked again
             except (SnapshotError, Exception) as exc:  # noqa: BLE001 - not ready yet: tables not created
                 sink.write(json.dumps({"t": time.time(), "error": str(exc).splitlines()[0][:200]}) + "\n")
                 time.sleep(0.5)
@@ -325,7 +351,8 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
         until = gen_start + args.warmup + args.seconds
         reads = tmp / "reads.jsonl"
         procs.start("reader", [*here, "child-read", topology.name, system, "--until", str(until), "--out", str(reads),
-                               "--nice", str(args.reader_nice)], env, tmp / "reader.log")
+                               "--nice", str(args.reader_nice), *(["--cache"] if args.reader_cache else [])],
+                   env, tmp / "reader.log")
         procs.children["broker"] = _Pid(broker.running_pid())  # type: ignore[assignment]
         if worker is not None:
             procs.children["coordinator"] = worker.proc  # type: ignore[assignment]
@@ -440,7 +467,9 @@ def _quarters(reads: list[dict[str, Any]]) -> list[list[float]]:
 
 
 def report(topology: Topology, results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
-    print(f"\n== {topology.name}: {args.rate:,} records/s, {args.seconds:.0f} s measured after {args.warmup:.0f} s warm-up")
+    reader = "reader caches by versions" if args.reader_cache else "every read runs the query"
+    print(f"\n== {topology.name}: {args.rate:,} records/s, {args.seconds:.0f} s measured after {args.warmup:.0f} s warm-up; "
+          f"{reader}")
     rows = []
     summary: dict[str, dict[str, float | None]] = {}
     for system, res in results.items():
@@ -492,6 +521,7 @@ def main() -> None:
     read.add_argument("--until", type=float, required=True)
     read.add_argument("--out", type=Path, required=True)
     read.add_argument("--nice", type=int, default=0)
+    read.add_argument("--cache", action="store_true")
     parser.add_argument("--topology", choices=[*TOPOLOGIES, "all"], default="all")
     parser.add_argument("--system", choices=["lockstep", "plain", "both"], default="both")
     parser.add_argument("--rate", type=int, default=10_000, help="records/s into the root topic (default 10,000)")
@@ -505,6 +535,9 @@ def main() -> None:
     parser.add_argument("--reader-nice", type=int, default=0,
                         help="the reader's niceness: 0 (default) shares the CPU fairly with the jobs, as the issue's "
                              "reader does; 10 leaves it what the jobs do not use (it then reads rarely)")
+    parser.add_argument("--reader-cache", action="store_true",
+                        help="both readers reuse the rows of a read of the same table versions (no Spark work when "
+                             "nothing is new), pausing 50 ms after such a read; default: every read runs the query")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (logs, tables) for a look")
     parser.add_argument("--run-arg", dest="run_args", action="append", default=[], help="extra `lockstep run` argument")
     args = parser.parse_args()
@@ -513,7 +546,7 @@ def main() -> None:
     if args.command == "child-plain":
         return child_plain(TOPOLOGIES[args.topology], args.only)
     if args.command == "child-read":
-        return child_read(TOPOLOGIES[args.topology], args.system, args.until, args.out, args.nice)
+        return child_read(TOPOLOGIES[args.topology], args.system, args.until, args.out, args.nice, args.cache)
     topologies = list(TOPOLOGIES.values()) if args.topology == "all" else [TOPOLOGIES[args.topology]]
     systems = ["lockstep", "plain"] if args.system == "both" else [args.system]
     for topology in topologies:

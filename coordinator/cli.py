@@ -109,13 +109,16 @@ def status(settings: Settings) -> None:
 
 @cli.command()
 @click.option("--seconds", default=60.0, show_default=True, type=click.FloatRange(min=1), help="How long to read.")
+@click.option("--warmup", default=30.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds of purchases and reads first, not counted (the JVMs compile their hot code).")
 @click.option("--rate", default=1000, show_default=True, type=click.IntRange(1), help="Purchases per second generated.")
 @click.option("--users", default=100, show_default=True, type=click.IntRange(1), help="Distinct users.")
 @click.option("--items", default=20, show_default=True, type=click.IntRange(1), help="Distinct items.")
 @click.option("--pipeline", "pipeline_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="The pipeline to run (default: pipelines/shopping.sql).")
 @click.pass_obj
-def demo(settings: Settings, seconds: float, rate: int, users: int, items: int, pipeline_file: Path | None) -> None:
+def demo(settings: Settings, seconds: float, warmup: float, rate: int, users: int, items: int,
+         pipeline_file: Path | None) -> None:
     """FLIP-276's shopping pipeline, live, read at every level.
 
     Starts (or reuses) the local broker and a coordinator worker, runs pipelines/shopping.sql
@@ -132,7 +135,8 @@ def demo(settings: Settings, seconds: float, rate: int, users: int, items: int, 
     from spark_jobs.demo import SHOPPING, DemoError, DemoOptions, level_table, run_demo
 
     console = Console(width=None if sys.stdout.isatty() else 120)
-    options = DemoOptions(seconds=seconds, rate=rate, users=users, items=items, pipeline=pipeline_file or SHOPPING)
+    options = DemoOptions(seconds=seconds, warmup=warmup, rate=rate, users=users, items=items,
+                          pipeline=pipeline_file or SHOPPING)
     try:
         result = run_demo(settings, options, say=lambda line: console.print(line, markup=False, highlight=False),
                           console=console)
@@ -140,7 +144,7 @@ def demo(settings: Settings, seconds: float, rate: int, users: int, items: int, 
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     console.print(level_table(result.stats, title=f"summary: {result.seconds:.0f} s, {result.purchases:,} purchases"))
-    for table in delay_tables(result.delays, 1000) if result.delays else ():
+    for table in delay_tables(result.delays, "this run's barriers") if result.delays else ():
         console.print(table)
     rc, rr, ru = (result.stats[level] for level in ("read-committed", "repeatable-read", "read-uncommitted"))
     click.echo(f"read-uncommitted: {ru.anomalous_reads} of {ru.reads} reads returned numbers that never existed "
@@ -224,14 +228,14 @@ def worker(web_port: int | None, loglevel: str) -> None:
     app.main()
 
 
-def delay_tables(body: dict[str, Any], last: int) -> list[Table]:
+def delay_tables(body: dict[str, Any], window: str) -> list[Table]:
     """The /delays report as two terminal tables: tables, then jobs with the bottleneck marked."""
 
     def ms(value: int | None) -> str:
         return "-" if value is None else f"{value / 1000:.2f} s"
 
     tables = Table("table", "latest exact barrier", "lag (barriers)", "staleness p50", "staleness p99", "E2E p50",
-                   "E2E p99", title=f"tables (last {last} barriers; staleness: now - time of the newest barrier readable)")
+                   "E2E p99", title=f"tables ({window}; staleness: now - time of the newest barrier readable)")
     for name, t in body["tables"].items():
         tables.add_row(name, str(t["latest_exact_barrier"] or "-"), str(t["lag_barriers"]),
                        ms(t.get("staleness_p50_ms")), ms(t.get("staleness_p99_ms")), ms(t["e2e_p50_ms"]),
@@ -426,7 +430,7 @@ def delays(settings: Settings, last: int, fmt: str) -> None:
         click.echo(json.dumps(body, indent=2, sort_keys=True))
         return
 
-    for table in delay_tables(body, last):
+    for table in delay_tables(body, f"last {last} barriers"):
         Console().print(table)
 
 

@@ -38,6 +38,13 @@ def newest_commit(spark: SparkSession, path: str) -> tuple[int, dict[str, Any]]:
     return version, parse_metadata(raw.get() if raw is not None and raw.isDefined() else None)
 
 
+def latest_version(spark: SparkSession, path: str) -> int:
+    """The newest version of the table at ``path`` now, from a listing of its log (no state is
+    reconstructed); -1 if the table has no commit yet."""
+    none = spark._jvm.scala.Option.empty()  # type: ignore[union-attr]
+    return int(_log(spark, path).update(False, none, none).version())
+
+
 def table_bytes(spark: SparkSession, path: str) -> int:
     """Size of the table's current files, from the snapshot this application holds: its
     checksum file says it (asking the snapshot itself would reconstruct its state)."""

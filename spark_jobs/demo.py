@@ -37,10 +37,11 @@ from coordinator.dev.worker import WorkerProcess, healthy
 from coordinator.settings import Settings
 from spark_jobs.datagen import ensure_topic
 from spark_jobs.probes import LEVELS, LevelStats, Prober
-from spark_jobs.reads import CoordinatorUnreachable
+from spark_jobs.reads import CoordinatorUnreachable, close_clients
 
 SHOPPING = Path(__file__).resolve().parents[1] / "pipelines" / "shopping.sql"
 CAUGHT_UP = 2  # barriers a table may lag when the demo starts generating and reading
+POLL_S = 0.2  # how soon the demo reads again when the last round found no new versions
 
 
 class DemoError(RuntimeError):
@@ -50,6 +51,7 @@ class DemoError(RuntimeError):
 @dataclass(frozen=True)
 class DemoOptions:
     seconds: float = 60.0
+    warmup: float = 30.0  # seconds of purchases and reads before the measured ones (JVMs warm up)
     rate: int = 1000
     users: int = 100
     items: int = 20
@@ -72,13 +74,13 @@ class DemoResult:
 
 
 def level_table(stats: dict[str, LevelStats], title: str = "reads of FLIP-276's join") -> Table:
-    """Per read level: reads, reads with anomalies, anomalous rows, staleness."""
-    table = Table("level", "reads", "reads with anomalies", "anomalous rows", "staleness p50", "staleness p99",
-                  "newest barrier", title=title)
+    """Per read level: reads, joins Spark ran for them, reads with anomalies, anomalous rows, staleness."""
+    table = Table("level", "reads", "joins run", "reads with anomalies", "anomalous rows", "staleness p50",
+                  "staleness p99", "newest barrier", title=title)
     for level, s in stats.items():
         bad = f"[red]{s.anomalous_reads}[/]" if s.anomalous_reads else "[green]0[/]"
         p50, p99 = s.staleness(0.5), s.staleness(0.99)
-        table.add_row(level, str(s.reads), bad, str(s.anomalous_rows),
+        table.add_row(level, str(s.reads), str(s.evaluated), bad, str(s.anomalous_rows),
                       "-" if p50 is None else f"{p50 / 1000:.2f} s", "-" if p99 is None else f"{p99 / 1000:.2f} s",
                       str(max(s.barriers)) if s.barriers else "-")
     return table
@@ -233,6 +235,7 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
     topic = pipeline.roots[0].topic
     result = DemoResult({level: LevelStats() for level in LEVELS})
     started = time.monotonic()
+    since_ms = int(time.time() * 1000)
     with ExitStack() as stack:
         try:
             stack.enter_context(_broker(settings, say))
@@ -245,14 +248,23 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             os.environ.setdefault("LOCKSTEP_SPARK_LOG_LEVEL", "ERROR")  # keep the live view readable
             spark = build_session("lockstep-demo-reads", settings=settings)  # starts while the jobs start
             stack.callback(spark.stop)
+            stack.callback(close_clients)  # the leases' client, before the broker stops
             _wait_ready(settings, [d.name for d in pipeline.derived], jobs, say)
-            stack.enter_context(_generator(settings, topic, options, say))
             consumer = Consumer(settings.kafka_config(**{"group.id": "lockstep-demo-sizes"}))
             stack.callback(consumer.close)
-            prober = Prober(spark, settings)
+            before = _topic_size(consumer, topic)  # purchases of earlier runs are not this run's
+            stack.enter_context(_generator(settings, topic, options, say))
+            prober = Prober(spark, settings, memo=True)
+            if options.warmup > 0:
+                _read_until(options.warmup, "warming up, not counted", prober, jobs,
+                            lambda: _topic_size(consumer, topic) - before, result, console, say)
+                prober.stats = {level: LevelStats() for level in LEVELS}
             result.stats = prober.stats
+            since_ms = int(time.time() * 1000)  # the summary's delays cover the measured barriers only
             started = time.monotonic()
-            _read_until(options, prober, jobs, lambda: _topic_size(consumer, topic), result, console, say)
+            before = _topic_size(consumer, topic)
+            _read_until(options.seconds, "measuring", prober, jobs, lambda: _topic_size(consumer, topic) - before,
+                        result, console, say)
         except KeyboardInterrupt:
             result.interrupted = True
             say("interrupted: stopping what the demo started ...")
@@ -260,23 +272,25 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
         finally:
             result.seconds = time.monotonic() - started
             try:
-                result.delays = get_json(settings, "/delays?last=1000")
+                result.delays = get_json(settings, f"/delays?last=100000&since_ms={since_ms}")
             except Exception:  # noqa: BLE001 - the summary says the figures are missing
                 result.delays = {}
     return result
 
 
-def _read_until(options: DemoOptions, prober: Prober, jobs: subprocess.Popen[bytes], purchases: Callable[[], int],
-                result: DemoResult, console: Console, say: Callable[[str], None]) -> None:
-    """Round-robin reads at each level until the time is up, refreshing the view."""
+def _read_until(seconds: float, phase: str, prober: Prober, jobs: subprocess.Popen[bytes],
+                purchases: Callable[[], int], result: DemoResult, console: Console, say: Callable[[str], None]) -> None:
+    """Round-robin reads at each level for ``seconds``, refreshing the view. A round that finds
+    no new versions to read costs no Spark work (the prober memoises), so the reader leaves the
+    CPU to the jobs and still samples staleness every ``POLL_S``."""
     started = time.monotonic()
-    deadline = started + options.seconds
+    deadline = started + seconds
     last_print = started
 
     def view() -> Group:
         elapsed = time.monotonic() - started
-        header = Text(f"FLIP-276 shopping demo: {elapsed:4.0f} s / {options.seconds:.0f} s, "
-                      f"{result.purchases:,} purchases in Kafka ({result.purchases / max(elapsed, 1):,.0f}/s)")
+        header = Text(f"FLIP-276 shopping demo ({phase}): {elapsed:4.0f} s / {seconds:.0f} s, "
+                      f"{result.purchases:,} purchases ({result.purchases / max(elapsed, 1):,.0f}/s)")
         waiting = prober.stats["read-committed"]
         note = Text(f"waiting for the first barrier every table completed: {waiting.last_error}", style="yellow") \
             if waiting.reads == 0 and waiting.last_error else Text("average price must equal the unit price "
@@ -285,21 +299,22 @@ def _read_until(options: DemoOptions, prober: Prober, jobs: subprocess.Popen[byt
 
     live = Live(view(), console=console, refresh_per_second=2, transient=False) if console.is_terminal else None
     with live or nullcontext():
-        level = 0
         while time.monotonic() < deadline:
-            try:
-                if not prober.read(LEVELS[level % len(LEVELS)]):
-                    time.sleep(0.2)  # no snapshot possible yet
-            except CoordinatorUnreachable as exc:
-                say(f"read failed, retrying: {exc}")
-                time.sleep(1)
-            level += 1
+            evaluated = prober.evaluated
+            for level in LEVELS:
+                try:
+                    prober.read(level)
+                except CoordinatorUnreachable as exc:
+                    say(f"read failed, retrying: {exc}")
+                    time.sleep(1)
+            if prober.evaluated == evaluated:
+                time.sleep(POLL_S)  # nothing new to read: ask again soon, at no cost to Spark
             _check_running(jobs, prober.settings)
             result.purchases = purchases()
             if live is not None:
                 live.update(view())
             elif time.monotonic() - last_print >= 10:
                 last_print = time.monotonic()
-                say(f"{last_print - started:.0f}s: " + "; ".join(
+                say(f"{phase} {last_print - started:.0f}s: " + "; ".join(
                     f"{name} {s.reads} reads, {s.anomalous_reads} with anomalies" for name, s in prober.stats.items()))
 

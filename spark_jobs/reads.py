@@ -38,7 +38,7 @@ from coordinator.client import CommandClient, Unreachable, get_json, new_request
 from coordinator.domain import AcquireLease, ReleaseLease
 from coordinator.domain.snapshot import LEVELS
 from coordinator.settings import Settings
-from spark_jobs.delta_log import read_version
+from spark_jobs.delta_log import latest_version, read_version
 from spark_jobs.lineage import is_meta_table, register_lineage_views
 from spark_jobs.pipeline import tables_read
 
@@ -52,6 +52,12 @@ def _client(settings: Settings) -> CommandClient:
     if key not in _clients:
         _clients[key] = CommandClient(settings)
     return _clients[key]
+
+
+def close_clients() -> None:
+    """Close the command clients snapshots opened (before the broker they talk to goes away)."""
+    while _clients:
+        _clients.popitem()[1].close()
 
 
 class SnapshotError(RuntimeError):
@@ -93,7 +99,7 @@ class ConsistentSnapshot:
             raise SnapshotError(f"table {name!r} is not part of this snapshot (opened for {', '.join(self.versions)}); "
                                 "open the snapshot with it, or with tables=None for every table")
         version = self.versions[name]
-        path = str(self.settings.warehouse.absolute() / name)
+        path = self.path(name)
         try:
             frame = read_version(self.spark, path, version)
         except AnalysisException as exc:
@@ -103,6 +109,17 @@ class ConsistentSnapshot:
                     "or its log expired; read a newer barrier, or hold a repeatable-read lease while reading") from exc
             raise SnapshotError(f"cannot read table {name!r} at {path}: {str(exc).splitlines()[0]}") from exc
         return frame.select(*[c for c in frame.columns if not c.startswith(HIDDEN)])
+
+    def path(self, name: str) -> str:
+        """Where the Delta table ``name`` lives."""
+        return str(self.settings.warehouse.absolute() / name)
+
+    def pin_latest(self) -> None:
+        """Fix each table still read at its latest version (``read-uncommitted``) to the version
+        that is newest now, so every later ``table``/``sql`` call of this snapshot reads the same
+        rows. The tables may still be at different barriers: that is what the level allows."""
+        self.versions = {name: latest_version(self.spark, self.path(name)) if version is None else version
+                         for name, version in self.versions.items()}
 
     def sql(self, query: str) -> DataFrame:
         """Run ``query`` with every table it names bound to this snapshot's version (lineage

@@ -18,7 +18,7 @@ p99 between the first and the last of the recent commits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from coordinator.domain.state import MetaState
@@ -63,17 +63,31 @@ def _committed(state: MetaState, table: str) -> dict[int, int]:
     return {b: c.committed_at_ms for b, c in state.completions.get(table, {}).items() if state.counts(c)}
 
 
-def delay_report(state: MetaState, last: int = 100) -> dict[str, Any]:
+def delay_report(state: MetaState, last: int = 100, since_ms: int | None = None) -> dict[str, Any]:
     """Per table and per job: latest exact barrier, lag, delay p50/p99 over the last ``last``
-    exact barriers, the table's writer and the job's status (ended jobs stay listed); and the
-    bottleneck among the running jobs."""
+    exact barriers (announced at or after ``since_ms``, if given: one run's figures, not the
+    hours a stopped pipeline waited), the table's writer and the job's status (ended jobs stay
+    listed); and the bottleneck among the running jobs.
+
+    >>> from coordinator.domain import BarrierAnnounced, BarrierCompleted, TableState, fold_all
+    >>> s = fold_all([TableState("t", "root"), BarrierAnnounced(1, 1000), BarrierAnnounced(2, 9000),
+    ...               BarrierCompleted("j", "t", 1, 0, 3, committed_at_ms=1400),
+    ...               BarrierCompleted("j", "t", 2, 0, 5, committed_at_ms=9100)])
+    >>> delay_report(s)["tables"]["t"]["e2e_p99_ms"], delay_report(s, since_ms=5000)["tables"]["t"]["e2e_p99_ms"]
+    (400, 100)
+    """
     newest = state.last_barrier()
+
+    def recent(barriers: Iterable[int]) -> list[int]:
+        return sorted(b for b in barriers if b in state.barriers
+                      and (since_ms is None or state.barriers[b].ts_ms >= since_ms))[-last:]
+
     tables: dict[str, Any] = {}
     for name in sorted(state.tables):
         committed = _committed(state, name)
-        recent = sorted(b for b in committed if b in state.barriers)[-last:]
-        e2e = [committed[b] - state.barriers[b].ts_ms for b in recent]
-        stale = staleness([(committed[b], state.barriers[b].ts_ms) for b in recent])
+        window = recent(committed)
+        e2e = [committed[b] - state.barriers[b].ts_ms for b in window]
+        stale = staleness([(committed[b], state.barriers[b].ts_ms) for b in window])
         latest = max(committed, default=None)
         writer = state.writer_of(name)
         tables[name] = {"latest_exact_barrier": latest, "lag_barriers": newest - (latest or 0),
@@ -86,14 +100,13 @@ def delay_report(state: MetaState, last: int = 100) -> dict[str, Any]:
         sources = [_committed(state, s) for s in job.sources]
         own = []
         phases: dict[str, list[int]] = {}
-        for b in sorted(sink)[-last:]:
+        for b in recent(sink):
             for phase in state.completions[job.sink][b].phases:
                 phases.setdefault(phase.name, []).append(phase.ms)
-            if job.sources:
-                if all(b in s for s in sources):
-                    own.append(sink[b] - max(s[b] for s in sources))
-            elif b in state.barriers:
+            if not job.sources:
                 own.append(sink[b] - state.barriers[b].ts_ms)
+            elif all(b in s for s in sources):
+                own.append(sink[b] - max(s[b] for s in sources))
         jobs[job.job_id] = {"sink": job.sink, "status": job.status, "own_p50_ms": percentile(own, 0.5),
                             "own_p99_ms": percentile(own, 0.99),
                             "phases_p50_ms": {name: percentile(ms, 0.5) for name, ms in phases.items()}}

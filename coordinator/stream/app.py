@@ -202,8 +202,13 @@ async def snapshot_view(web: View, request: Request) -> Response:
 async def delays_view(web: View, request: Request) -> Response:
     if (busy := _state_or_503(web)) is not None:
         return busy
+    try:
+        last = _int_param(request, "last", 100) or 100
+        since_ms = _int_param(request, "since_ms", None)
+    except Rejected as exc:
+        return web.json({"error": str(exc)}, status=400)
     with coordinator().follower.reader.lock:
-        return web.json(views.delays(coordinator().state, _int_param(request, "last", 100) or 100))
+        return web.json(views.delays(coordinator().state, last, since_ms))
 
 
 @app.page("/metrics")

@@ -40,9 +40,9 @@ def barriers(state: MetaState, start: int, limit: int) -> list[dict[str, Any]]:
     return [to_record(state.barriers[b]) for b in ids]
 
 
-def delays(state: MetaState, last: int = 100) -> dict[str, Any]:
+def delays(state: MetaState, last: int = 100, since_ms: int | None = None) -> dict[str, Any]:
     """Per table and job: latest exact barrier, lag, delay p50/p99 over the last barriers; the bottleneck."""
-    return delay_report(state, last)
+    return delay_report(state, last, since_ms)
 
 
 def metrics(state: MetaState, counters: dict[str, int]) -> str:

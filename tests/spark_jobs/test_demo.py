@@ -41,7 +41,7 @@ def generators_running(rate: str) -> list[int]:
 
 
 def test_demo_reads_consistently_and_stops_what_it_started(demo_env: dict[str, str]) -> None:
-    done = subprocess.run([sys.executable, "-m", "coordinator.cli", "demo", "--seconds", "60", "--rate", "301"],
+    done = subprocess.run([sys.executable, "-m", "coordinator.cli", "demo", "--seconds", "60", "--warmup", "5", "--rate", "301"],
                           env=demo_env, capture_output=True, text=True, timeout=500, cwd=ROOT)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]

@@ -200,6 +200,10 @@ def test_lease_over_http_snapshot_and_expiry(
     assert worker.get("/snapshot?tables=t&as_of_barrier=1") == expected
     assert worker.get("/snapshot?tables=t") == expected
     assert "unknown table(s): nope" in worker.get("/snapshot?tables=nope")["error"]
+    assert worker.get("/delays")["tables"]["t"]["latest_exact_barrier"] == 1
+    assert worker.get(f"/delays?since_ms={announced}")["tables"]["t"]["e2e_p50_ms"] is not None
+    assert worker.get(f"/delays?since_ms={announced + 1}")["tables"]["t"]["e2e_p50_ms"] is None  # before the window
+    assert "must be a whole number" in worker.get("/delays?last=x")["error"]
 
     lease = lockstep_cli("emit", "acquire-lease", "l1", "--holder", "me", "--tables", "t", "--barrier", "1", "--ttl-ms", "1500")
     assert lease.returncode == 0, lease.stdout + lease.stderr
