@@ -78,8 +78,8 @@ def start_broker(tmp: Path):  # noqa: ANN201
 def bench_replay(n: int) -> None:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-    from coordinator.stream.follower import StateReader
-    from coordinator.stream.topics import Topics, ensure_topics
+    from coordinator.client.state import StateReader
+    from coordinator.client.topics import Topics, ensure_topics
 
     with tempfile.TemporaryDirectory() as tmp:
         broker = start_broker(Path(tmp))
@@ -168,7 +168,7 @@ def bench_commands(requests: int) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from coordinator.client import CommandClient, new_request_id
+    from coordinator.client.commands import CommandClient, new_request_id
     from coordinator.domain import AcquireLease, ReleaseLease
 
     with running_worker() as (settings, _):

@@ -388,7 +388,7 @@ class _Pid:
 
 def _wait_created(env: dict[str, str], tables: list[str], procs: Processes, log: Path, timeout: float = 300) -> float:
     """Until every table has an exact point (a CTAS table exists once its first barrier committed)."""
-    from coordinator.client import get_json
+    from coordinator.client.rest import get_json
     from coordinator.settings import Settings
 
     settings = Settings.from_env(env)
@@ -425,7 +425,7 @@ def _reads(path: Path, after: float) -> list[dict[str, Any]]:
 def _job_costs(settings: Any, topology: Topology, start: float, end: float) -> dict[str, Any]:
     """Per job, over the barriers announced in the measured window: how long each one waited
     for its inputs, took, and (where the job reports it) where that time went."""
-    from coordinator.stream.follower import read_state
+    from coordinator.client.state import read_state
 
     state = read_state(settings)
     window = {b: a for b, a in state.barriers.items() if start * 1000 <= a.ts_ms <= end * 1000}

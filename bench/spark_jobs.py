@@ -29,7 +29,7 @@ INGEST_DDL = "id BIGINT, v BIGINT, name STRING"
 @contextmanager
 def local_stack() -> Iterator[Settings]:
     """A temporary home with its own local broker and the coordinator's topics; torn down after."""
-    from coordinator.stream.topics import Topics, ensure_topics
+    from coordinator.client.topics import Topics, ensure_topics
 
     with tempfile.TemporaryDirectory() as tmp:
         broker = start_broker(Path(tmp))

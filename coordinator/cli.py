@@ -21,7 +21,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from coordinator.client import Unreachable, emit, get_json, new_request_id
+from coordinator.client.commands import emit, new_request_id
+from coordinator.client.rest import Unreachable, get_json
 from coordinator.dev.broker import BrokerError, BrokerStatus, LocalBroker
 from coordinator.domain import (
     AcquireLease,
@@ -447,8 +448,8 @@ def barriers_tail(settings: Settings, from_beginning: bool, count: int | None) -
     """Print barriers as they are announced: id, time, cut (Ctrl-C stops)."""
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
+    from coordinator.client.topics import Topics
     from coordinator.codec import DecodeError, default_codec
-    from coordinator.stream.topics import Topics
 
     codec = default_codec()
     consumer = Consumer(settings.kafka_config(**{"group.id": "lockstep-tail", "enable.auto.commit": False, "log_level": 3}))
@@ -716,7 +717,7 @@ def vacuum_command(settings: Settings, tables: tuple[str, ...], dry_run: bool, r
 
     Exit 0 done, 1 unknown table, 2 the broker (where the coordinator's state lives) unreachable.
     """
-    from coordinator.stream.follower import read_state
+    from coordinator.client.state import read_state
     from spark_jobs.session import build_session
     from spark_jobs.vacuum import vacuum
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.client import get_json
+from coordinator.client.rest import get_json
+from coordinator.client.state import ReaderStats, StateReader
+from coordinator.client.topics import Topics
 from coordinator.settings import Settings
-from coordinator.stream.follower import ReaderStats, StateReader
-from coordinator.stream.topics import Topics
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,11 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from coordinator.client.clock import now_ms
+from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierCompleted, OffsetRange, PhaseTime, SourceVersion, entity_key
 from coordinator.settings import Settings
-from coordinator.stream.coordinator import now_ms
-from coordinator.stream.topics import Topics
 from spark_jobs.delta_log import newest_commit, parse_metadata, prepare_next_write
 from spark_jobs.faults import crash_point
 from spark_jobs.session import session_conf

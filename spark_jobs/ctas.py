@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
 
-from coordinator.client import emit, get_json, new_request_id
+from coordinator.client.commands import emit, new_request_id
+from coordinator.client.rest import get_json
+from coordinator.client.state import read_state
 from coordinator.domain import DeregisterJob, DropTable, MetaState
 from coordinator.settings import Settings
-from coordinator.stream.follower import read_state
 from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.pipeline import DerivedTable, Pipeline, RootTable, tables_read
 

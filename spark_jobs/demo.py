@@ -31,7 +31,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.client import Unreachable, get_json
+from coordinator.client.rest import Unreachable, get_json
 from coordinator.dev.broker import LocalBroker, port_in_use, topic_count
 from coordinator.dev.worker import WorkerProcess, healthy
 from coordinator.settings import Settings

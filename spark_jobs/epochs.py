@@ -174,8 +174,8 @@ class BarrierReader(SimpleDataSourceStreamReader):
     def _following(self) -> Any:
         """The state follower, started on first use and caught up with the topics."""
         if self._follower is None:
-            from coordinator.stream.follower import StateFollower
-            from coordinator.stream.topics import Topics
+            from coordinator.client.state import StateFollower
+            from coordinator.client.topics import Topics
 
             settings = Settings(
                 bootstrap=self.options["bootstrap"],

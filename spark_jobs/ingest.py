@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
-from coordinator.stream.coordinator import now_ms
+from coordinator.client.clock import now_ms
 from spark_jobs.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.epochs import EMPTY, BarrierWork
 from spark_jobs.formats import check_avro_schema, decode, reason

@@ -29,7 +29,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from coordinator.stream.coordinator import now_ms
+from coordinator.client.clock import now_ms
 from spark_jobs.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.delta_log import read_version, table_bytes
 from spark_jobs.epochs import BarrierWork

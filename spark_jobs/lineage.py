@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 
+from coordinator.client.state import read_state
 from coordinator.domain import MetaState
 from coordinator.settings import Settings
-from coordinator.stream.follower import read_state
 
 META_TABLES = ("__meta_etl_source", "__meta_etl_sink", "__meta_table_version")
 

@@ -34,7 +34,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
-from coordinator.client import CommandClient, Unreachable, get_json, new_request_id
+from coordinator.client.commands import CommandClient, new_request_id
+from coordinator.client.rest import Unreachable, get_json
 from coordinator.domain import AcquireLease, ReleaseLease
 from coordinator.domain.snapshot import LEVELS
 from coordinator.settings import Settings

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from coordinator.client import emit, new_request_id
+from coordinator.client.commands import emit, new_request_id
+from coordinator.client.state import StateReader, read_state
+from coordinator.client.topics import Topics
 from coordinator.domain import Command, DeclareTable, DeregisterJob, JobState, RegisterJob
 from coordinator.domain.errors import Rejected
 from coordinator.domain.events import CANCELED, END_STATUSES, FAILED, FINISHED, RUNNING
 from coordinator.settings import Settings
-from coordinator.stream.follower import StateReader, read_state
-from coordinator.stream.topics import Topics
 from spark_jobs.commits import CompletionPublisher
 from spark_jobs.ctas import CtasCleanup
 from spark_jobs.epochs import TRIGGER_MS, BarrierWork, register_barrier_source, settings_options

@@ -26,10 +26,10 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from coordinator.client.state import read_state
 from coordinator.domain import MetaState
 from coordinator.domain.retention import Keep, versions_to_keep
 from coordinator.settings import Settings
-from coordinator.stream.follower import read_state
 from spark_jobs.session import session_conf
 
 SAFETY_MS = 1000  # only files written this long before the floor's commit may go (clock and write skew)

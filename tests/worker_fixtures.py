@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.client import get_json
+from coordinator.client.rest import get_json
 from coordinator.dev.broker import free_port
 from coordinator.dev.worker import WorkerProcess
 from coordinator.settings import Settings

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.client import Unreachable, get_json
+from coordinator.client.rest import Unreachable, get_json
 from coordinator.settings import Settings
 
 

@@ -17,13 +17,13 @@ from urllib.parse import urlparse
 import faust
 from faust.web import Request, Response, View
 
+from coordinator.client.topics import Topics, ensure_topics
 from coordinator.domain.barriers import BarrierConfig
 from coordinator.domain.errors import Rejected
 from coordinator.domain.snapshot import resolve_snapshot
 from coordinator.settings import Settings
 from coordinator.stream import views
 from coordinator.stream.coordinator import TICK_MS, Coordinator
-from coordinator.stream.topics import Topics, ensure_topics
 
 log = logging.getLogger(__name__)
 

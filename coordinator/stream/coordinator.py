@@ -8,12 +8,14 @@ written so far, so two commands never race against a stale state.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from coordinator.client.clock import now_ms
+from coordinator.client.state import StateFollower
+from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import (
     BarrierAnnounced,
@@ -32,16 +34,10 @@ from coordinator.domain import (
 )
 from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
 from coordinator.settings import Settings
-from coordinator.stream.follower import StateFollower
-from coordinator.stream.topics import Topics
 
 log = logging.getLogger(__name__)
 
 TICK_MS = 50  # how often the leader asks whether a barrier is due
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass

@@ -6,9 +6,9 @@ import time
 
 from pyspark.sql import DataFrame, SparkSession
 
+from coordinator.client.state import read_state
 from coordinator.domain import MetaState
 from coordinator.settings import Settings
-from coordinator.stream.follower import read_state
 
 
 def wait_for_barrier(

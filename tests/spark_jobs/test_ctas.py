@@ -10,10 +10,10 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from coordinator.client import get_json
+from coordinator.client.rest import get_json
+from coordinator.client.state import read_state
 from coordinator.domain.errors import Rejected
 from coordinator.domain.snapshot import resolve_snapshot
-from coordinator.stream.follower import read_state
 from spark_jobs.ctas import ContinuousQuery, CtasError
 from spark_jobs.pipeline import parse_pipeline
 from spark_jobs.runner import register_pipeline

@@ -10,8 +10,8 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from coordinator.client import get_json
-from coordinator.stream.follower import read_state
+from coordinator.client.rest import get_json
+from coordinator.client.state import read_state
 from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.lineage import lineage_frames
 from spark_jobs.pipeline import parse_pipeline

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from coordinator.client.state import read_state
 from coordinator.settings import Settings
-from coordinator.stream.follower import read_state
 from spark_jobs.reads import open_snapshot
 from spark_jobs.vacuum import VacuumError, vacuum
 from tests.spark_jobs.barriers import at, wait_for_barrier

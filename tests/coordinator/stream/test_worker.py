@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierCompleted, LeaseState, SourceVersion, Tombstone, entity_key
 from coordinator.settings import Settings
-from coordinator.stream.topics import Topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -156,7 +156,7 @@ def test_kill9_and_restart_keeps_state_and_barrier_ids_continue(
 
 
 def worker_state_from_replay(env: dict[str, str]) -> dict[str, Any]:
-    from coordinator.stream.follower import StateReader
+    from coordinator.client.state import StateReader
 
     reader = StateReader(Settings.from_env(env), Topics(env["LOCKSTEP_TOPIC_PREFIX"]))
     try:

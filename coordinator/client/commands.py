@@ -1,32 +1,24 @@
-"""Talk to a running coordinator: send a command and wait for its outcome; GET the REST API.
+"""Send a command to the coordinator and wait for its outcome (over Kafka).
 
 Example::
 
     outcome = emit(settings, DeclareTable(new_request_id(), "shopping", "root"))
     print(outcome.accepted, outcome.reason)
-    state = get_json(settings, "/state")
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from coordinator.client.rest import Unreachable
+from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import Command, CommandOutcome
 from coordinator.settings import Settings
-from coordinator.stream.topics import Topics
-
-
-class Unreachable(RuntimeError):
-    """The broker or the coordinator did not answer; the message names what and where."""
 
 
 def new_request_id() -> str:
@@ -106,20 +98,3 @@ def emit(settings: Settings, command: Command, timeout: float = 30.0) -> Command
         return client.emit(command, timeout)
     finally:
         client.close()
-
-
-def get_json(settings: Settings, path: str, timeout: float = 10.0) -> Any:
-    """GET ``path`` from the coordinator's REST API; 4xx bodies with an error are returned as-is."""
-    url = settings.coordinator_url.rstrip("/") + path
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        if 400 <= exc.code < 500:
-            return json.loads(exc.read())
-        raise Unreachable(f"coordinator at {url} answered HTTP {exc.code}") from exc
-    except (urllib.error.URLError, OSError) as exc:
-        raise Unreachable(
-            f"coordinator not reachable at {url} ({exc}); start it with `lockstep worker` "
-            "or set LOCKSTEP_COORDINATOR_URL"
-        ) from exc

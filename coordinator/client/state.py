@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
+from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import BarrierCompleted, MetaState, Tombstone, fold
 from coordinator.settings import Settings
-from coordinator.stream.topics import Topics
 
 log = logging.getLogger(__name__)
 

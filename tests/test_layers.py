@@ -1,0 +1,82 @@
+"""Imports run downward only: domain <- codec <- client <- {worker, data plane} <- CLI.
+
+Each package may import only the layers below it (and itself); the domain imports nothing but
+the standard library. Imports inside functions count too: a lazy import is still an arrow.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ("coordinator.settings",)  # one typed Settings, read by every layer above the domain
+# package -> the Lockstep modules it may import (besides itself); None: standard library only
+ALLOWED: dict[str, tuple[str, ...] | None] = {
+    "coordinator.domain": None,
+    "coordinator.settings": (),
+    "coordinator.codec": ("coordinator.domain",),
+    "coordinator.client": ("coordinator.domain", "coordinator.codec", *BASE),
+    "coordinator.stream": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),
+    "coordinator.dev": ("coordinator.client", *BASE),
+    "coordinator.replay": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),
+    "spark_jobs": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),
+}
+# Known arrows this rule still has to lose (issue 14): the demo starts a broker and a worker
+# itself (it is to move out of the data plane, next to the CLI).
+PENDING = {("spark_jobs.demo", "coordinator.dev")}
+OURS = ("coordinator", "spark_jobs", "bench", "tests")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute module names ``path`` imports, wherever in the file."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def layer_of(module: str) -> str | None:
+    return max((p for p in ALLOWED if within(module, p)), key=len, default=None)
+
+
+def sources() -> list[Path]:
+    return sorted([*ROOT.glob("coordinator/**/*.py"), *ROOT.glob("spark_jobs/**/*.py")])
+
+
+@pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_run_downward(path: Path) -> None:
+    module = module_name(path)
+    layer = layer_of(module)
+    for imported in sorted(imported_modules(path)):
+        top = imported.split(".")[0]
+        assert not within(imported, "coordinator.cli"), f"{module} imports the CLI: nothing may (it composes the rest)"
+        if layer is None or top not in OURS:
+            if layer is not None and ALLOWED[layer] is None:
+                assert top in sys.stdlib_module_names or top == "__future__", \
+                    f"{module} imports {imported}: the domain must stay standard-library only"
+            continue
+        allowed = ALLOWED[layer] or ()
+        ok = within(imported, layer) or any(within(imported, a) for a in allowed) or (module, layer_of(imported)) in PENDING
+        assert ok, f"{module} imports {imported}: {layer} may import only {', '.join(allowed) or 'the standard library'}"
+
+
+def test_the_rules_see_every_package() -> None:
+    """A new package gets a rule: every source module belongs to a layer or is the CLI."""
+    orphans = [module_name(p) for p in sources() if layer_of(module_name(p)) is None]
+    assert orphans == ["coordinator", "coordinator.cli"], orphans
