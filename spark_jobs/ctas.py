@@ -1,63 +1,24 @@
-"""CREATE TABLE AS SELECT, all or nothing: a table that never committed goes away with its job.
+"""CREATE TABLE AS SELECT from Python: ``ContinuousQuery(spark, sql).save_as("t").create()``.
 
-A CTAS table is declared as pending: the coordinator lists it (and readers can read it) only
-once its job committed the first barrier, and that first write is what creates the Delta table.
-If the job ends before that (it failed for good, or ``lockstep stop`` ended it), this hook
-drops the catalog entry (the DropTable command) and deletes whatever files the job left.
-The Supervisor always runs it; it is an ordinary ``JobHooks``.
-
-Python users get the same from ``ContinuousQuery(spark, sql).save_as("t").create()``.
+All or nothing, as in a pipeline file: the table appears once its job committed the first
+barrier, and a job that ends before that leaves nothing behind (``spark_jobs.ctas_cleanup``).
 """
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
 
 from coordinator.client.commands import emit, new_request_id
-from coordinator.client.rest import get_json
 from coordinator.client.state import read_state
-from coordinator.domain import DeregisterJob, DropTable, MetaState
+from coordinator.domain import DeregisterJob, MetaState
 from coordinator.settings import Settings
-from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.pipeline import DerivedTable, Pipeline, RootTable, tables_read
-
-if TYPE_CHECKING:
-    from spark_jobs.runner import Supervisor
-
-
-@dataclass
-class CtasCleanup(JobHooks):
-    settings: Settings
-    report: Callable[[str], None] = lambda message: None
-
-    def on_failed(self, event: JobEvent) -> None:
-        if event.status != "RUNNING":  # RUNNING: the Supervisor restarts it, the table may still come
-            self._drop_if_never_created(event)
-
-    def on_canceled(self, event: JobEvent) -> None:
-        self._drop_if_never_created(event)
-
-    def on_finished(self, event: JobEvent) -> None:
-        self._drop_if_never_created(event)
-
-    def _drop_if_never_created(self, event: JobEvent) -> None:
-        if event.sink not in get_json(self.settings, "/topology").get("pending", []):
-            return  # created (it stays), or not a CTAS table
-        why = f"job {event.job_id} ended ({event.status}) before its first commit"
-        outcome = emit(self.settings, DropTable(new_request_id(), event.sink, why))
-        if not outcome.accepted:
-            self.report(f"table {event.sink} was not dropped: {outcome.reason}")
-            return
-        shutil.rmtree(self.settings.warehouse.absolute() / event.sink, ignore_errors=True)
-        self.report(f"table {event.sink} dropped: {why}")
+from spark_jobs.runner import Supervisor, register_pipeline
 
 
 class CtasError(RuntimeError):
@@ -119,8 +80,6 @@ class TableBuilder:
         return self._create(if_not_exists=True)
 
     def _create(self, if_not_exists: bool) -> MaintainedTable | None:
-        from spark_jobs.runner import Supervisor, register_pipeline
-
         settings, options = self.query.settings, dict(self.options)
         state = read_state(settings)
         if self.name in state.tables:

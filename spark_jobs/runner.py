@@ -25,7 +25,7 @@ from coordinator.domain.errors import Rejected
 from coordinator.domain.events import CANCELED, END_STATUSES, FAILED, FINISHED, RUNNING
 from coordinator.settings import Settings
 from spark_jobs.commits import CompletionPublisher
-from spark_jobs.ctas import CtasCleanup
+from spark_jobs.ctas_cleanup import CtasCleanup
 from spark_jobs.epochs import TRIGGER_MS, BarrierWork, register_barrier_source, settings_options
 from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.ingest import RootIngestion

@@ -1,7 +1,8 @@
 """Imports run downward only: domain <- codec <- client <- {worker, data plane} <- CLI.
 
 Each package may import only the layers below it (and itself); the domain imports nothing but
-the standard library. Imports inside functions count too: a lazy import is still an arrow.
+the standard library; no two modules import each other, directly or around a circle. Imports
+inside functions count too: a lazy import is still an arrow.
 """
 
 from __future__ import annotations
@@ -80,3 +81,31 @@ def test_the_rules_see_every_package() -> None:
     """A new package gets a rule: every source module belongs to a layer or is the CLI."""
     orphans = [module_name(p) for p in sources() if layer_of(module_name(p)) is None]
     assert orphans == ["coordinator", "coordinator.cli"], orphans
+
+
+def test_no_module_imports_itself_around_a_circle() -> None:
+    modules = {module_name(p): p for p in sources()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        graph[name] = set()
+        for imported in imported_modules(path):
+            target = imported if imported in modules else imported.rsplit(".", 1)[0]  # `from pkg import module`
+            if target in modules and target != name:
+                graph[name].add(target)
+    on_path: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in on_path:
+            cycle = on_path[on_path.index(name):] + [name]
+            raise AssertionError("import circle: " + " -> ".join(cycle))
+        if name in done:
+            return
+        on_path.append(name)
+        for target in sorted(graph[name]):
+            visit(target)
+        on_path.pop()
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name)

@@ -107,7 +107,7 @@ def test_consistent_reads_while_the_pipeline_runs(
     assert stats["read-committed"].anomalous_reads == 0 and stats["repeatable-read"].anomalous_reads == 0, report
     assert stats["read-committed"].rows > 0 and stats["read-uncommitted"].reads >= READS // 50
     assert len(stats["read-committed"].barriers) > 10  # the reads really spanned many barriers
-    assert prober.evaluated > 20
+    assert 10 < prober.evaluated < stats["read-committed"].reads  # Spark ran the join for new versions only
 
     # as of an old barrier: equals plain Python over the records up to that barrier's cut
     state = read_state(settings)
