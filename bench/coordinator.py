@@ -138,7 +138,7 @@ def running_worker() -> Iterator[tuple[Settings, str]]:
         env = {**os.environ, "LOCKSTEP_BOOTSTRAP": broker.bootstrap, "LOCKSTEP_HOME": tmp,
                "LOCKSTEP_TOPIC_PREFIX": "bench", "LOCKSTEP_COORDINATOR_URL": base}
         log = open(Path(tmp) / "worker.log", "wb")
-        worker = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "worker", "--loglevel", "warn"],
+        worker = subprocess.Popen([sys.executable, "-m", "lockstep", "worker", "--loglevel", "warn"],
                                   env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
             deadline = time.monotonic() + 60

@@ -333,7 +333,7 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
         pipeline.write_text(topology.pipeline())
         started = time.time()
         if system == "lockstep":
-            run = [py, "-m", "coordinator.cli", "run", str(pipeline), *args.run_args]
+            run = [py, "-m", "lockstep", "run", str(pipeline), *args.run_args]
             jobs = [None] if args.lockstep_layout == "one" else [topology.root, *topology.aggregates]
             for job in jobs:
                 name = "jobs" if job is None else f"jobs:{job}"

@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coordinator.domain.errors import UsageError
+
 KAFKA_PASSTHROUGH_PREFIX = "LOCKSTEP_KAFKA_"
 
 
-class SettingsError(ValueError):
+class SettingsError(UsageError, ValueError):
     """A ``LOCKSTEP_*`` variable has a value that cannot be used."""
 
 

@@ -16,12 +16,13 @@ from pyspark.sql import DataFrame, SparkSession
 from coordinator.client.commands import emit, new_request_id
 from coordinator.client.state import read_state
 from coordinator.domain import DeregisterJob, MetaState
+from coordinator.domain.errors import LockstepError
 from coordinator.settings import Settings
 from spark_jobs.pipeline import DerivedTable, Pipeline, RootTable, tables_read
 from spark_jobs.runner import Supervisor, register_pipeline
 
 
-class CtasError(RuntimeError):
+class CtasError(LockstepError):
     """A table could not be created; the message says why (nothing of it is left behind)."""
 
 

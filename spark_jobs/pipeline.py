@@ -24,11 +24,13 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from coordinator.domain.errors import UsageError
+
 FORMATS = ("json", "avro", "debezium-json")
 ROOT_OPTIONS = {"source", "format", "primary_key", "avro_schema", "avro_schema_file"}
 
 
-class PipelineError(ValueError):
+class PipelineError(UsageError, ValueError):
     """A pipeline file cannot be used; the message names the statement and what to change."""
 
 

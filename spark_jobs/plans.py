@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 import sqlglot
 from sqlglot import exp
 
-from spark_jobs.pipeline import tables_read
+from coordinator.domain.errors import LockstepError
+from spark_jobs.pipeline import DerivedTable, Job, Pipeline, RootTable, tables_read
 
 HIDDEN = "__lockstep_"  # prefix of bookkeeping columns kept in aggregate tables
 WEIGHT = f"{HIDDEN}w"  # +n / -n multiplicity of a change row
@@ -103,7 +104,7 @@ class Plan:
         return f"incremental {self.kind.replace('_', ' + ')}: {self.reason}"
 
 
-class Unsupported(Exception):
+class Unsupported(LockstepError):
     """The query is outside the incremental shapes; the message says why."""
 
 
@@ -329,3 +330,19 @@ def shapes_of(roots: list[tuple[str, tuple[str, ...]]], derived: list[tuple[str,
         key = output_key(plan, names)
         shapes[name] = TableShape(None if key is None or "" in key else key, plan.append_only)
     return shapes
+
+
+def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
+    """The maintenance plan of a derived table, knowing the keys its sources promise."""
+    shapes = shapes_of([(t.name, t.primary_key) for t in pipeline.roots], [(t.name, t.query) for t in pipeline.derived])
+    return plan_query(table.query, shapes)
+
+
+def explain_job(pipeline: Pipeline, job: Job) -> str:
+    """How a job maintains its table, in one line (what `lockstep explain` prints)."""
+    table = pipeline.table(job.sink)
+    if isinstance(table, RootTable):
+        how = f"upsert (MERGE) by key ({', '.join(table.primary_key)})" if table.primary_key else "append"
+        return (f"root ingestion from Kafka topic {table.topic}, format {table.format}, {how}; "
+                f"one Delta commit per barrier, bad records to {table.name}__dlq")
+    return plan_for(pipeline, table).explain()

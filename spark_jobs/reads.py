@@ -35,8 +35,9 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
 from coordinator.client.commands import CommandClient, new_request_id
-from coordinator.client.rest import Unreachable, get_json
+from coordinator.client.rest import get_json
 from coordinator.domain import AcquireLease, ReleaseLease
+from coordinator.domain.errors import LockstepError, Unreachable
 from coordinator.domain.snapshot import LEVELS
 from coordinator.settings import Settings
 from spark_jobs.delta_log import latest_version, read_version
@@ -61,11 +62,11 @@ def close_clients() -> None:
         _clients.popitem()[1].close()
 
 
-class SnapshotError(RuntimeError):
+class SnapshotError(LockstepError):
     """A consistent read is not possible; the message says why and what to do."""
 
 
-class CoordinatorUnreachable(SnapshotError):
+class CoordinatorUnreachable(SnapshotError, Unreachable):
     """The coordinator did not answer; the message names its URL."""
 
 

@@ -30,8 +30,8 @@ from spark_jobs.epochs import TRIGGER_MS, BarrierWork, register_barrier_source, 
 from spark_jobs.hooks import JobEvent, JobHooks
 from spark_jobs.ingest import RootIngestion
 from spark_jobs.ivm import TableMaintainer
-from spark_jobs.pipeline import DerivedTable, Job, Pipeline, RootTable
-from spark_jobs.plans import Plan, plan_query, shapes_of
+from spark_jobs.pipeline import Job, Pipeline, RootTable
+from spark_jobs.plans import plan_for
 
 
 def register_pipeline(settings: Settings, pipeline: Pipeline, timeout: float = 30.0) -> Pipeline:
@@ -106,22 +106,6 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
         .trigger(processingTime=f"{TRIGGER_MS} milliseconds")
         .start()
     )
-
-
-def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
-    """The maintenance plan of a derived table, knowing the keys its sources promise."""
-    shapes = shapes_of([(t.name, t.primary_key) for t in pipeline.roots], [(t.name, t.query) for t in pipeline.derived])
-    return plan_query(table.query, shapes)
-
-
-def explain_job(pipeline: Pipeline, job: Job) -> str:
-    """How a job maintains its table, in one line (what `lockstep explain` prints)."""
-    table = pipeline.table(job.sink)
-    if isinstance(table, RootTable):
-        how = f"upsert (MERGE) by key ({', '.join(table.primary_key)})" if table.primary_key else "append"
-        return (f"root ingestion from Kafka topic {table.topic}, format {table.format}, {how}; "
-                f"one Delta commit per barrier, bad records to {table.name}__dlq")
-    return plan_for(pipeline, table).explain()
 
 
 def select_jobs(pipeline: Pipeline, only: Sequence[str] = ()) -> list[Job]:

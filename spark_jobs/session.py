@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from coordinator.domain.errors import NotStarted
 from coordinator.settings import Settings
 
 # Small-machine defaults; every key can be overridden through ``conf``.
@@ -60,7 +61,7 @@ QUIET_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.ProcessingTim
                  "org.apache.spark.scheduler.FairSchedulableBuilder")
 
 
-class SparkSetupError(RuntimeError):
+class SparkSetupError(NotStarted):
     """Spark cannot start as configured; the message says how to fix it."""
 
 

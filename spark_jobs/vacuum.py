@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from coordinator.client.state import read_state
 from coordinator.domain import MetaState
+from coordinator.domain.errors import LockstepError, check_known
 from coordinator.domain.retention import Keep, versions_to_keep
 from coordinator.settings import Settings
 from spark_jobs.session import session_conf
@@ -41,7 +42,7 @@ VACUUM_CONF = {
 INVENTORY = "path STRING, length BIGINT, isDir BOOLEAN, modificationTime BIGINT"
 
 
-class VacuumError(RuntimeError):
+class VacuumError(LockstepError):
     """Vacuum cannot run as asked; the message says why and what to do."""
 
 
@@ -63,9 +64,7 @@ def vacuum(spark: SparkSession, settings: Settings, tables: Sequence[str] = (), 
     ``settings.retain_barriers`` (LOCKSTEP_RETAIN_BARRIERS)."""
     state = state if state is not None else read_state(settings)
     names = list(tables) or sorted(state.tables)
-    unknown = [t for t in names if t not in state.tables]
-    if unknown:
-        raise VacuumError(f"unknown table(s): {', '.join(unknown)}; registered: {', '.join(sorted(state.tables)) or 'none'}")
+    check_known(names, state.tables)
     retain = settings.retain_barriers if retain_barriers is None else retain_barriers
     return [_vacuum_table(spark, str(settings.warehouse.absolute() / name), name, state, retain, dry_run)
             for name in names]

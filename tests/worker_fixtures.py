@@ -74,7 +74,7 @@ def lockstep_cli(coordinator_env: dict[str, str]) -> Callable[..., subprocess.Co
         env = dict(coordinator_env)
         if url:
             env["LOCKSTEP_COORDINATOR_URL"] = url
-        return subprocess.run([sys.executable, "-m", "coordinator.cli", *args], env=env,
+        return subprocess.run([sys.executable, "-m", "lockstep", *args], env=env,
                               capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
     return run

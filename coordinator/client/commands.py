@@ -14,10 +14,10 @@ import uuid
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from coordinator.client.rest import Unreachable
 from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import Command, CommandOutcome
+from coordinator.domain.errors import Unreachable
 from coordinator.settings import Settings
 
 

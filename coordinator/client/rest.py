@@ -12,11 +12,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from coordinator.domain.errors import Unreachable
 from coordinator.settings import Settings
-
-
-class Unreachable(RuntimeError):
-    """The broker or the coordinator did not answer; the message names what and where."""
 
 
 def get_json(settings: Settings, path: str, timeout: float = 10.0) -> Any:

@@ -28,6 +28,7 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from coordinator.domain.errors import LockstepError
 from coordinator.domain.events import EVENT_TYPES
 from coordinator.domain.records import from_record, to_record
 
@@ -36,7 +37,7 @@ HEADER_SIZE = len(MAGIC) + 8
 SCHEMA_DIR = Path(os.environ.get("LOCKSTEP_SCHEMAS", Path(__file__).resolve().parents[2] / "schemas"))
 
 
-class DecodeError(ValueError):
+class DecodeError(LockstepError, ValueError):
     """Bytes that are not a Lockstep event; the message says what was wrong."""
 
 

@@ -25,13 +25,14 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from coordinator.domain.errors import NotStarted
 from coordinator.settings import Settings
 
 HOST = "127.0.0.1"
 MAIN_CLASS = "kafka.Kafka"
 
 
-class BrokerError(RuntimeError):
+class BrokerError(NotStarted):
     """The local broker could not be started or stopped; the message says why and what to do."""
 
 

@@ -18,11 +18,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.client.rest import Unreachable, get_json
+from coordinator.client.rest import get_json
+from coordinator.domain.errors import NotStarted, Unreachable
 from coordinator.settings import Settings
 
 
-class WorkerError(RuntimeError):
+class WorkerError(NotStarted):
     """The worker did not become healthy; the message holds the tail of its log."""
 
 
@@ -51,7 +52,7 @@ class WorkerProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "coordinator.cli", "worker", "--web-port", str(self.port)],
+                [sys.executable, "-m", "lockstep", "worker", "--web-port", str(self.port)],
                 env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 cwd=Path(__file__).resolve().parents[2],
             )

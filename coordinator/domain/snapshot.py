@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from coordinator.domain.errors import Rejected
+from coordinator.domain.errors import Rejected, check_known
 from coordinator.domain.state import MetaState
 
 LEVELS = ("read-committed", "read-uncommitted", "repeatable-read")
@@ -42,9 +42,7 @@ def resolve_snapshot(
         raise Rejected(f"unknown read level {level!r}: use one of {', '.join(LEVELS)}")
     if not tables:
         raise Rejected("name at least one table")
-    unknown = [t for t in tables if t not in state.tables]
-    if unknown:
-        raise Rejected(f"unknown table(s): {', '.join(unknown)}")
+    check_known(tables, state.tables)
     pending = [t for t in tables if not state.created(t)]
     if pending:
         raise Rejected(f"table(s) {', '.join(pending)} are being created (CREATE TABLE AS SELECT): they can be "

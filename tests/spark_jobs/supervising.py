@@ -35,7 +35,7 @@ class Stack:
         env = {"PATH": "/usr/bin:/bin", "HOME": str(self.tmp_path), "LOCKSTEP_BOOTSTRAP": self.settings.bootstrap,
                "LOCKSTEP_COORDINATOR_URL": self.settings.coordinator_url,
                "LOCKSTEP_TOPIC_PREFIX": self.settings.topic_prefix}
-        return subprocess.run([sys.executable, "-m", "coordinator.cli", *args], env=env, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "lockstep", *args], env=env, capture_output=True,
                               text=True, timeout=60, cwd=ROOT)
 
 

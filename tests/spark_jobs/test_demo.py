@@ -41,7 +41,7 @@ def generators_running(rate: str) -> list[int]:
 
 
 def test_demo_reads_consistently_and_stops_what_it_started(demo_env: dict[str, str]) -> None:
-    done = subprocess.run([sys.executable, "-m", "coordinator.cli", "demo", "--seconds", "60", "--warmup", "5", "--rate", "301"],
+    done = subprocess.run([sys.executable, "-m", "lockstep", "demo", "--seconds", "60", "--warmup", "5", "--rate", "301"],
                           env=demo_env, capture_output=True, text=True, timeout=500, cwd=ROOT)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
@@ -54,7 +54,7 @@ def test_demo_reads_consistently_and_stops_what_it_started(demo_env: dict[str, s
 
 
 def test_ctrl_c_stops_everything_the_demo_started(demo_env: dict[str, str]) -> None:
-    demo = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "demo", "--seconds", "600", "--rate", "302"],
+    demo = subprocess.Popen([sys.executable, "-m", "lockstep", "demo", "--seconds", "600", "--rate", "302"],
                             env=demo_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                             start_new_session=True)
     lines: list[str] = []

@@ -106,7 +106,7 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
     def start(crash: str | None) -> subprocess.Popen[bytes]:
         run_env = {**env, "LOCKSTEP_CRASH_AT": crash} if crash else env
         with open(log, "ab") as out:
-            return subprocess.Popen([sys.executable, "-m", "coordinator.cli", "run", str(pipeline_file)], env=run_env,
+            return subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline_file)], env=run_env,
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
 
     try:

@@ -125,18 +125,18 @@ def test_consistent_reads_while_the_pipeline_runs(
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
            "LOCKSTEP_WAREHOUSE": str(settings.warehouse), "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url,
            "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix, "LOCKSTEP_JARS": str(settings.jars.absolute())}
-    done = subprocess.run([sys.executable, "-m", "coordinator.cli", "query", "SELECT * FROM user_item_amount",
+    done = subprocess.run([sys.executable, "-m", "lockstep", "query", "SELECT * FROM user_item_amount",
                            "--as-of-barrier", str(old), "--format", "csv"],
                           env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     assert {(int(r["user_id"]), int(r["item_id"])): int(r["total_amount"]) for r in rows} == dict(expected)
     assert f"barrier {old}; versions user_item_amount={state.exact_points('user_item_amount')[old]}" in done.stderr
-    bad = subprocess.run([sys.executable, "-m", "coordinator.cli", "query", "SELECT * FROM nope"], env=env,
+    bad = subprocess.run([sys.executable, "-m", "lockstep", "query", "SELECT * FROM nope"], env=env,
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert bad.returncode == 1 and "unknown table(s): nope" in bad.stderr
 
-    lineage = subprocess.run([sys.executable, "-m", "coordinator.cli", "query", FLIP_LINEAGE, "--format", "json"],
+    lineage = subprocess.run([sys.executable, "-m", "lockstep", "query", FLIP_LINEAGE, "--format", "json"],
                              env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert lineage.returncode == 0, lineage.stderr[-2000:]
     assert sorted(json.loads(line)["table_name"] for line in lineage.stdout.splitlines()) == ["user_item_amount",
@@ -146,13 +146,13 @@ def test_consistent_reads_while_the_pipeline_runs(
         kept = snap.sql("SELECT barrier, version FROM __meta_table_version WHERE table_name = 'user_item_amount'")
         assert state.exact_points("user_item_amount").items() <= {(r["barrier"], r["version"]) for r in kept.collect()}
 
-    figures = subprocess.run([sys.executable, "-m", "coordinator.cli", "delays", "--format", "json"],
+    figures = subprocess.run([sys.executable, "-m", "lockstep", "delays", "--format", "json"],
                              env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert figures.returncode == 0, figures.stderr
     report = json.loads(figures.stdout)
     assert report["tables"]["user_item_amount"]["e2e_p50_ms"] > 0
     assert report["bottleneck"] in {"ingest_shopping", "maintain_user_item_amount", "maintain_user_item_price"}
-    table_view = subprocess.run([sys.executable, "-m", "coordinator.cli", "delays"], env=env, capture_output=True,
+    table_view = subprocess.run([sys.executable, "-m", "lockstep", "delays"], env=env, capture_output=True,
                                 text=True, timeout=60, cwd=ROOT)
     assert "bottleneck" in table_view.stdout and "user_item_price" in table_view.stdout
 

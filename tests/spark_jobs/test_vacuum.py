@@ -56,7 +56,7 @@ def test_vacuum_keeps_what_a_repeatable_read_snapshot_and_the_jobs_need(
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
                "LOCKSTEP_WAREHOUSE": str(settings.warehouse), "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix,
                "LOCKSTEP_JARS": str(settings.jars.absolute())}
-        dry = subprocess.run([sys.executable, "-m", "coordinator.cli", "vacuum", "sums", "--dry-run",
+        dry = subprocess.run([sys.executable, "-m", "lockstep", "vacuum", "sums", "--dry-run",
                               "--retain-barriers", "0"], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert dry.returncode == 0, dry.stderr[-2000:]
         assert f"versions >= {held} stay readable" in dry.stdout, dry.stdout
@@ -83,6 +83,6 @@ def test_vacuum_keeps_what_a_repeatable_read_snapshot_and_the_jobs_need(
 
     with pytest.raises(VacuumError, match="unknown table"):
         vacuum(spark, settings, ["nope"])
-    bad = subprocess.run([sys.executable, "-m", "coordinator.cli", "vacuum", "nope"], env=env, capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "lockstep", "vacuum", "nope"], env=env, capture_output=True,
                          text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 1 and "unknown table(s): nope; registered: events, sums" in bad.stderr, bad.stderr

@@ -25,7 +25,7 @@ def lockstep(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[s
         "LOCKSTEP_BOOTSTRAP": f"{HOST}:{port}",
     }
     return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args], env=env, capture_output=True, text=True, timeout=180
+        [sys.executable, "-m", "lockstep", *args], env=env, capture_output=True, text=True, timeout=180
     )
 
 
@@ -59,7 +59,7 @@ def test_port_held_by_someone_else_is_a_clear_error(tmp_path: Path) -> None:
         squatter.listen()
         port = squatter.getsockname()[1]
         result = lockstep(tmp_path, port, "dev", "up")
-    assert result.returncode == 1
+    assert result.returncode == 4  # a part Lockstep starts could not start
     assert f"port {port} on {HOST} is already in use" in result.stderr
     assert "LOCKSTEP_BOOTSTRAP" in result.stderr
 
@@ -67,12 +67,12 @@ def test_port_held_by_someone_else_is_a_clear_error(tmp_path: Path) -> None:
 def test_missing_jars_say_how_to_fix(tmp_path: Path) -> None:
     env_home = tmp_path / "home"
     result = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", "dev", "up"],
+        [sys.executable, "-m", "lockstep", "dev", "up"],
         env={**os.environ, "LOCKSTEP_HOME": str(env_home), "LOCKSTEP_JARS": str(tmp_path / "nojars"),
              "LOCKSTEP_BOOTSTRAP": f"{HOST}:{free_port()}"},
         capture_output=True, text=True, timeout=60,
     )
-    assert result.returncode == 1
+    assert result.returncode == 4
     assert "scripts/setup" in result.stderr
 
 

@@ -62,9 +62,9 @@ def test_emit_prints_outcomes_with_exit_codes(make_worker: Callable, lockstep_cl
     assert [line.split()[:2] for line in tail.stdout.splitlines()] == [["barrier", "1"], ["barrier", "2"], ["barrier", "3"]]
 
 
-def test_emit_without_a_coordinator_exits_2(lockstep_cli: Callable) -> None:
+def test_emit_without_a_coordinator_exits_3(lockstep_cli: Callable) -> None:
     result = lockstep_cli("emit", "--timeout", "3", "declare-table", "t", "--kind", "root")
-    assert result.returncode == 2
+    assert result.returncode == 3
     assert "lockstep worker" in result.stderr
 
 

@@ -31,9 +31,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.client.rest import Unreachable, get_json
+from coordinator.client.rest import get_json
 from coordinator.dev.broker import LocalBroker, port_in_use, topic_count
 from coordinator.dev.worker import WorkerProcess, healthy
+from coordinator.domain.errors import NotStarted, Unreachable
 from coordinator.settings import Settings
 from spark_jobs.datagen import ensure_topic
 from spark_jobs.probes import LEVELS, LevelStats, Prober
@@ -44,7 +45,7 @@ CAUGHT_UP = 2  # barriers a table may lag when the demo starts generating and re
 POLL_S = 0.2  # how soon the demo reads again when the last round found no new versions
 
 
-class DemoError(RuntimeError):
+class DemoError(NotStarted):
     """The demo could not start a part it needs; the message says which and how to fix it."""
 
 
@@ -153,7 +154,7 @@ def _coordinator(settings: Settings, say: Callable[[str], None]) -> Iterator[Non
 def _generator(settings: Settings, topic: str, options: DemoOptions, say: Callable[[str], None]) -> Iterator[None]:
     log = settings.home / "logs" / "datagen.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "coordinator.cli", "datagen", "shopping", "--rate", str(options.rate),
+    command = [sys.executable, "-m", "lockstep", "datagen", "shopping", "--rate", str(options.rate),
                "--users", str(options.users), "--items", str(options.items), "--topic", topic]
     with open(log, "ab") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
@@ -172,7 +173,7 @@ def _jobs(settings: Settings, pipeline: Path, say: Callable[[str], None]) -> Ite
     log = settings.home / "logs" / "jobs.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        child = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "run", str(pipeline)], stdout=out,
+        child = subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline)], stdout=out,
                                  stderr=subprocess.STDOUT, start_new_session=True, env=_child_env(settings))
     say(f"running the pipeline's jobs in their own Spark application (log {log})")
     try:

@@ -1,0 +1,5 @@
+"""``python -m lockstep``: the same command as ``lockstep`` (child processes use this form)."""
+
+from lockstep.cli import main
+
+main()

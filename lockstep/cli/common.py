@@ -1,0 +1,90 @@
+"""What several command groups share: reaching the coordinator, printing outcomes and tables."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.table import Table
+
+from coordinator.client.commands import emit
+from coordinator.client.rest import get_json
+from coordinator.domain import Command, CommandOutcome
+from coordinator.domain.errors import Rejected
+from coordinator.settings import Settings
+
+if TYPE_CHECKING:
+    from spark_jobs.pipeline import Pipeline
+
+
+def send(settings: Settings, command: Command, timeout: float) -> CommandOutcome:
+    """Emit ``command`` and print its outcome; a rejection raises ``Rejected`` (exit 1)."""
+    outcome = emit(settings, command, timeout)
+    if not outcome.accepted:
+        raise Rejected(f"{outcome.command} {outcome.request_id}: {outcome.reason}")
+    keys = f" ({', '.join(outcome.keys)})" if outcome.keys else " (no change: already so)"
+    click.echo(f"accepted: {outcome.command} {outcome.request_id}{keys}")
+    return outcome
+
+
+def fetch(settings: Settings, path: str) -> Any:
+    """GET a coordinator view; an unreachable coordinator raises ``Unreachable`` (exit 3)."""
+    return get_json(settings, path)
+
+
+def load(path: str | Path) -> Pipeline:
+    """Parse a pipeline file (sqlglot only, no Spark); a bad one raises ``PipelineError`` (exit 2)."""
+    from spark_jobs.pipeline import PipelineError, load_pipeline
+
+    try:
+        return load_pipeline(Path(path))
+    except PipelineError as exc:
+        raise PipelineError(f"{path}: {exc}") from exc
+
+
+def split_csv(value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+
+
+def parse_when(value: str) -> int:
+    """Epoch milliseconds, or an ISO-8601 time (UTC unless it says otherwise).
+
+    Example::
+
+        >>> parse_when("2026-11-21T20:00:00"), parse_when("1795291200000")
+        (1795291200000, 1795291200000)
+    """
+    if value.isdigit():
+        return int(value)
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r} is neither epoch milliseconds nor an ISO-8601 time") from exc
+    return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+def delay_tables(body: dict[str, Any], window: str) -> list[Table]:
+    """The /delays report as terminal tables: tables, jobs with the bottleneck marked, phases."""
+
+    def ms(value: int | None) -> str:
+        return "-" if value is None else f"{value / 1000:.2f} s"
+
+    tables = Table("table", "latest exact barrier", "lag (barriers)", "staleness p50", "staleness p99", "E2E p50",
+                   "E2E p99", title=f"tables ({window}; staleness: now - time of the newest barrier readable)")
+    for name, t in body["tables"].items():
+        tables.add_row(name, str(t["latest_exact_barrier"] or "-"), str(t["lag_barriers"]),
+                       ms(t.get("staleness_p50_ms")), ms(t.get("staleness_p99_ms")), ms(t["e2e_p50_ms"]),
+                       ms(t["e2e_p99_ms"]))
+    jobs = Table("job", "sink", "status", "own delay p50", "own delay p99", "")
+    for job, j in body["jobs"].items():
+        jobs.add_row(job, j["sink"], j["status"], ms(j["own_p50_ms"]), ms(j["own_p99_ms"]),
+                     "bottleneck" if job == body["bottleneck"] else "")
+    names = list(dict.fromkeys(n for j in body["jobs"].values() for n in j.get("phases_p50_ms", {})))
+    if not names:
+        return [tables, jobs]
+    phases = Table("job", *names, title="where a barrier's time goes in each job (p50, ms)")
+    for job, j in body["jobs"].items():
+        phases.add_row(job, *(str(j.get("phases_p50_ms", {}).get(n, "-")) for n in names))
+    return [tables, jobs, phases]

@@ -1,0 +1,79 @@
+"""``lockstep dev`` (the local broker) and ``lockstep worker`` (the coordinator)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from coordinator.dev.broker import BrokerStatus, LocalBroker
+from coordinator.domain.errors import ExitCode, UsageError
+from coordinator.settings import Settings
+
+
+def local_broker(settings: Settings) -> LocalBroker:
+    """The broker ``lockstep dev`` manages: ``$LOCKSTEP_HOME/kafka`` on ``LOCKSTEP_BOOTSTRAP``'s port."""
+    broker = LocalBroker.for_settings(settings)
+    if broker is None:
+        raise UsageError(f"LOCKSTEP_BOOTSTRAP={settings.bootstrap} is not on 127.0.0.1; the local broker only "
+                         "runs on loopback. Unset it or use 127.0.0.1:<port>.")
+    return broker
+
+
+def describe(status: BrokerStatus) -> str:
+    if not status.running:
+        return f"broker: stopped (bootstrap {status.bootstrap})"
+    topics = "not answering" if status.topics is None else f"{status.topics} topics"
+    return f"broker: running, pid {status.pid}, bootstrap {status.bootstrap}, {topics}"
+
+
+@click.group()
+def dev() -> None:
+    """Run the local development stack (a real single-node KRaft Kafka broker on 127.0.0.1)."""
+
+
+@dev.command()
+@click.option("--timeout", default=90.0, show_default=True, help="Seconds to wait for the broker to answer.")
+@click.pass_obj
+def up(settings: Settings, timeout: float) -> None:
+    """Start the local broker (formats storage the first time); harmless if it already runs.
+
+    Exit 4 if it could not start (the message quotes its log)."""
+    broker = local_broker(settings)
+    already = broker.running_pid() is not None
+    status = broker.up(timeout=timeout)
+    click.echo(("already running; " if already else "started; ") + describe(status))
+
+
+@dev.command()
+@click.pass_obj
+def down(settings: Settings) -> None:
+    """Stop the local broker this checkout started (by its pid) and wait for it to exit."""
+    broker = local_broker(settings)
+    click.echo("broker stopped" if broker.down() else "broker was not running")
+
+
+@dev.command()
+@click.pass_context
+def status(ctx: click.Context) -> None:
+    """Say whether the local broker runs: pid, bootstrap address, topic count. Exit 3 if stopped."""
+    state = local_broker(ctx.obj).status()
+    click.echo(describe(state))
+    if not state.running:
+        ctx.exit(ExitCode.UNREACHABLE)
+
+
+@click.command()
+@click.option("--web-port", type=int, help="Port of the REST API (default: from LOCKSTEP_COORDINATOR_URL, 6066).")
+@click.option("--loglevel", default="info", show_default=True, type=click.Choice(["debug", "info", "warn", "error", "crit"]))
+def worker(web_port: int | None, loglevel: str) -> None:
+    """Run the coordinator (a Faust worker): decides commands, announces barriers on the leader,
+    serves the REST API. Run two for failover (give the second its own --web-port)."""
+    if web_port is not None:
+        os.environ["LOCKSTEP_COORDINATOR_URL"] = f"http://127.0.0.1:{web_port}"
+    from coordinator.stream.app import app
+
+    sys.argv = ["lockstep-worker", "worker", "--loglevel", loglevel,
+                "--web-host", app.conf.web_host, "--web-port", str(app.conf.web_port)]
+    app.main()

@@ -1,0 +1,122 @@
+"""Looking at the running coordinator: ``topology``, ``delays``, ``barriers tail``, ``replay``."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from coordinator.domain.errors import LockstepError
+from coordinator.settings import Settings
+from lockstep.cli.common import delay_tables, fetch
+
+
+@click.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "dot"]), default="table", show_default=True)
+@click.pass_obj
+def topology(settings: Settings, fmt: str) -> None:
+    """Tables, jobs and their edges, from the running coordinator."""
+    body = fetch(settings, "/topology")
+    if fmt == "json":
+        click.echo(json.dumps(body, indent=2, sort_keys=True))
+    elif fmt == "dot":
+        click.echo("digraph lockstep {")
+        for name, t in body["tables"].items():
+            click.echo(f'  "{name}" [shape={"box" if t["kind"] == "root" else "ellipse"}];')
+        for job, j in body["jobs"].items():
+            for source in j["sources"]:
+                click.echo(f'  "{source}" -> "{j["sink"]}" [label="{job}"];')
+            for topic in j["external_topics"]:
+                click.echo(f'  "kafka:{topic}" -> "{j["sink"]}" [label="{job}"];')
+        click.echo("}")
+    else:
+        table = Table("table", "kind", "writer", "generation", "reads")
+        reads: dict[str, list[str]] = {}
+        for j in body["jobs"].values():
+            if j["status"] == "RUNNING":
+                reads[j["sink"]] = j["sources"] + [f"kafka:{t}" for t in j["external_topics"]]
+        for name, t in body["tables"].items():
+            table.add_row(name, t["kind"], t["writer"] or "-", str(t["generation"]), ", ".join(reads.get(name, [])))
+        Console().print(table)
+        if body.get("pending"):
+            click.echo(f"being created (CREATE TABLE AS SELECT, no barrier committed yet): {', '.join(body['pending'])}")
+
+
+@click.command()
+@click.option("--last", default=100, show_default=True, type=click.IntRange(1), help="Barriers the percentiles cover.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.pass_obj
+def delays(settings: Settings, last: int, fmt: str) -> None:
+    """How late each table and job is: latest exact barrier, lag, E2E delay p50/p99, own delay per job.
+
+    The bottleneck (the job with the largest own delay upstream of the slowest table) is marked.
+    """
+    body = fetch(settings, f"/delays?last={last}")
+    if fmt == "json":
+        click.echo(json.dumps(body, indent=2, sort_keys=True))
+        return
+
+    for table in delay_tables(body, f"last {last} barriers"):
+        Console().print(table)
+
+
+@click.group()
+def barriers() -> None:
+    """Inspect barriers."""
+
+
+@barriers.command("tail")
+@click.option("--from-beginning", is_flag=True, help="Start with the first barrier instead of new ones.")
+@click.option("--count", type=int, default=None, help="Stop after this many barriers.")
+@click.pass_obj
+def barriers_tail(settings: Settings, from_beginning: bool, count: int | None) -> None:
+    """Print barriers as they are announced: id, time, cut (Ctrl-C stops)."""
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+
+    from coordinator.client.topics import Topics
+    from coordinator.codec import DecodeError, default_codec
+
+    codec = default_codec()
+    consumer = Consumer(settings.kafka_config(**{"group.id": "lockstep-tail", "enable.auto.commit": False, "log_level": 3}))
+    start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+    consumer.assign([TopicPartition(Topics(settings.topic_prefix).barriers, 0, start)])
+    seen = 0
+    try:
+        while count is None or seen < count:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None or msg.value() is None:
+                continue
+            try:
+                b = codec.decode(msg.value())
+            except DecodeError as exc:
+                click.echo(f"(skipped undecodable record at offset {msg.offset()}: {exc})", err=True)
+                continue
+            when = datetime.fromtimestamp(b.ts_ms / 1000, UTC).isoformat(timespec="milliseconds")
+            cut = ", ".join(f"{c.topic}[{c.partition}]={c.offset}" for c in b.cut) or "no external topics"
+            click.echo(f"barrier {b.barrier}  {when}  {cut}")
+            seen += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+
+
+@click.command("replay")
+@click.option("--verify", is_flag=True, help="Compare with the live coordinator's /state; exit 1 on any difference.")
+@click.pass_obj
+def replay_command(settings: Settings, verify: bool) -> None:
+    """Rebuild the state from the state topics with the same fold and print its hash."""
+    from coordinator.replay import replay
+
+    result = replay(settings, verify=verify)
+    s = result.stats
+    click.echo(f"replayed {s.events_folded} events ({s.decode_errors} undecodable skipped) state hash {result.state_hash}")
+    if verify:
+        if result.verified:
+            click.echo(f"verified: identical to the live coordinator ({result.live_hash})")
+        else:
+            differences = "".join(f"\n  {line}" for line in result.differences)
+            raise LockstepError(f"MISMATCH: live coordinator has {result.live_hash}{differences}")

@@ -1,0 +1,131 @@
+"""Running pipelines: ``run``, ``stop``, ``revise``, ``explain``."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from coordinator.client.commands import new_request_id
+from coordinator.domain import DeregisterJob, RequestRevision
+from coordinator.domain.errors import Rejected
+from coordinator.settings import Settings
+from lockstep.cli.common import fetch, load, send
+
+
+@click.command()
+@click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--job", "jobs", multiple=True, help="Run only this job (job id or sink table); repeatable.")
+@click.option("--max-restarts", type=click.IntRange(0), default=None,
+              help="Give a failing job up after this many restarts and record it FAILED (default: never).")
+@click.pass_obj
+def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_restarts: int | None) -> None:
+    """Register a pipeline's tables and jobs with the coordinator, then run its jobs.
+
+    Any rejection is printed and nothing starts. Each job is its own streaming query with
+    its own checkpoint under $LOCKSTEP_HOME/checkpoints; a job that fails is reported and
+    restarted with a growing backoff while the others carry on. Ctrl-C stops them all.
+
+    A table made by CREATE TABLE AS SELECT appears (to readers and `lockstep topology`) once its
+    first barrier is committed; if its job ends before that, the table and its files are removed.
+    Running a pipeline again with a changed query is accepted: new barriers use it, and
+    `lockstep revise TABLE --to-barrier B` recomputes the barriers after B with it.
+    """
+    from spark_jobs.runner import Supervisor, register_pipeline
+    from spark_jobs.session import build_session
+
+    pipeline = load(pipeline_file)
+    known = {j.job_id for j in pipeline.jobs} | {j.sink for j in pipeline.jobs}
+    unknown = [j for j in jobs if j not in known]
+    if unknown:
+        raise click.UsageError(f"no job or table {', '.join(unknown)} in {pipeline_file}; known: {', '.join(sorted(known))}")
+    try:
+        registered = register_pipeline(settings, pipeline)
+    except Rejected as exc:
+        raise Rejected(f"{exc}; nothing was started") from exc
+    for table in sorted({t.name for t in pipeline.derived} - {t.name for t in registered.derived}):
+        click.echo(f"table {table} exists already: its CREATE TABLE IF NOT EXISTS does nothing", err=True)
+    spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings)
+    supervisor = Supervisor(spark, registered, settings, jobs, report=lambda message: click.echo(message, err=True),
+                            follow_status=True, max_restarts=max_restarts)
+    supervisor.start()
+    click.echo(f"running {len(supervisor.queries)} job(s): {', '.join(supervisor.queries)} (Ctrl-C stops)")
+    try:
+        supervisor.run(threading.Event())
+        click.echo("every job ended (lockstep stop); exiting")
+    except KeyboardInterrupt:
+        click.echo("stopping ...")
+    finally:
+        supervisor.stop()
+
+
+@click.command("stop")
+@click.argument("job")
+@click.option("--cancel", is_flag=True, help="Stop at once (CANCELED) instead of after the barrier in progress (FINISHED).")
+@click.option("--reason", default=None, help="Why, recorded with the status (default: who stopped it and when).")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the coordinator's outcome.")
+@click.pass_obj
+def stop_job(settings: Settings, job: str, cancel: bool, reason: str | None, timeout: float) -> None:
+    """End a running job. JOB is a job id or the table it writes.
+
+    The coordinator records the job FINISHED (or CANCELED with --cancel); the `lockstep run`
+    process running it stops it within about a second (FINISHED: once the barrier in progress
+    is committed) and does not restart it. The job no longer holds barriers back, `lockstep
+    delays` and the lineage tables show its status, and its table keeps the exact points it
+    has. Running the pipeline again (`lockstep run`) continues the table from its newest
+    exact point.
+
+    Exit 0 recorded, 1 rejected (unknown job, already ended), 3 coordinator unreachable.
+    """
+    topology_now = fetch(settings, "/topology")
+    if job not in topology_now["jobs"]:  # a table: its running writer (a CTAS table may still be pending)
+        job = next((j for j, v in topology_now["jobs"].items() if v["sink"] == job and v["status"] == "RUNNING"), job)
+    status = "CANCELED" if cancel else "FINISHED"
+    if reason is None:
+        reason = f"lockstep stop by {getpass.getuser()}@{socket.gethostname()} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    send(settings, DeregisterJob(new_request_id(), job, status, reason), timeout)
+    click.echo(f"job {job} recorded {status}; the process running it stops it "
+               + ("now" if cancel else "after the barrier in progress"))
+
+
+@click.command("revise")
+@click.argument("table")
+@click.option("--to-barrier", "barrier", type=click.IntRange(0), default=None,
+              help="Keep the exact points up to this barrier; recompute everything after it.")
+@click.option("--full", is_flag=True, help="Empty the tables and recompute them from the start of their input.")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the coordinator's outcome.")
+@click.pass_obj
+def revise(settings: Settings, table: str, barrier: int | None, full: bool, timeout: float) -> None:
+    """Recompute TABLE and every table downstream of it from a barrier, while the pipeline runs.
+
+    Use it when a table's data went wrong: after fixing a job's query (edit the pipeline file and
+    run `lockstep run` again), or to re-ingest a root table from its Kafka topic. Each table in
+    the closure gets a new generation: its exact points after the barrier stop counting at once
+    (consistent reads fall back to the barrier), a root table is put back to its exact point at
+    the barrier and re-reads its topic from that barrier's cut, derived tables are recomputed
+    from their sources; the jobs running them switch over by themselves. Tables outside the
+    closure are not touched.
+
+    Exit 0 accepted, 1 rejected (unknown table, no exact point at that barrier), 3 unreachable.
+    """
+    if (barrier is None) == (not full):
+        raise click.UsageError("give --to-barrier B or --full (one of them)")
+    outcome = send(settings, RequestRevision(new_request_id(), table, 0 if full else barrier, full), timeout)
+    closure = [k.partition(":")[2] for k in outcome.keys if k.startswith("table:")]
+    start = "from scratch" if full else f"from barrier {barrier}"
+    click.echo(f"revising {', '.join(closure)} {start}; their running jobs switch to the new generation")
+
+
+@click.command()
+@click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
+def explain(pipeline_file: str) -> None:
+    """Print, per job, how it maintains its table and why (parses SQL only; starts no Spark)."""
+    from spark_jobs.plans import explain_job
+
+    pipeline = load(pipeline_file)
+    for job in pipeline.jobs:
+        click.echo(f"{job.job_id} -> {job.sink}: {explain_job(pipeline, job)}")

@@ -1,0 +1,145 @@
+"""Reading and keeping tables: ``query`` (at one consistent barrier) and ``vacuum``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from coordinator.domain.errors import LockstepError, Unreachable, check_known
+from coordinator.settings import Settings
+from lockstep.cli.common import fetch, parse_when
+
+LEVEL_CHOICE = click.Choice(["read-committed", "repeatable-read", "read-uncommitted"])
+
+
+class QueryError(LockstepError):
+    """Spark could not run the SQL (unknown column, type error, ...); the message is Spark's first line."""
+
+
+@click.command()
+@click.argument("sql")
+@click.option("--consistency", type=LEVEL_CHOICE, default="read-committed", show_default=True,
+              help="Read level (see README / DESIGN.md).")
+@click.option("--as-of-barrier", type=click.IntRange(1), help="Read every table at this barrier's exact point.")
+@click.option("--as-of-timestamp", help="Read at the newest barrier announced at or before this time "
+              "(epoch ms or ISO-8601, e.g. 2026-11-21T20:00:00).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1), help="At most this many rows.")
+@click.pass_obj
+def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | None, as_of_timestamp: str | None,
+          fmt: str, limit: int) -> None:
+    """Run SQL over the tables at one consistent barrier.
+
+    The result goes to stdout; the barrier and the version of each table read go to stderr.
+    Exit 0 on success, 1 if the read is not possible (unknown table, no exact point, bad SQL),
+    3 if the coordinator is unreachable.
+
+    \b
+    lockstep query "SELECT * FROM user_item_amount ORDER BY total_amount DESC LIMIT 5"
+    lockstep query "SELECT COUNT(*) FROM shopping" --as-of-barrier 120 --format csv
+    """
+    from sqlglot.errors import ParseError
+
+    from spark_jobs.lineage import register_lineage_views
+    from spark_jobs.reads import referenced_tables
+    from spark_jobs.session import build_session
+
+    if as_of_barrier is not None and as_of_timestamp is not None:
+        raise click.UsageError("give --as-of-barrier or --as-of-timestamp, not both")
+    at_ms = parse_when(as_of_timestamp) if as_of_timestamp else None
+    try:
+        tables = referenced_tables(sql)
+    except ParseError as exc:
+        raise QueryError(f"the SQL does not parse: {exc}") from exc
+    if tables:
+        check_known(tables, fetch(settings, "/topology")["tables"])
+    spark = build_session("lockstep-query", settings=settings)
+    try:
+        if not tables:  # only lineage tables: nothing to pin to a barrier
+            register_lineage_views(spark, settings)
+            frame = spark.sql(sql)
+            columns, rows = frame.columns, [tuple(r) for r in frame.limit(limit).collect()]
+        else:
+            columns, rows = _snapshot_query(spark, settings, sql, tables, consistency, as_of_barrier, at_ms, limit)
+    except LockstepError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Spark analysis errors (unknown column, ...) are the user's to fix
+        raise QueryError(str(exc).splitlines()[0]) from exc
+    _print_rows(columns, rows, fmt)
+
+
+def _snapshot_query(spark: Any, settings: Settings, sql: str, tables: list[str], consistency: str,
+                    as_of_barrier: int | None, as_of_timestamp: int | None, limit: int) -> tuple[list[str], list[tuple]]:
+    from spark_jobs.reads import open_snapshot
+
+    with open_snapshot(spark, tables, consistency, as_of_barrier, as_of_timestamp, settings) as snap:
+        click.echo(f"barrier {snap.barrier if snap.barrier is not None else '(latest versions)'}; versions "
+                   + ", ".join(f"{t}={v if v is not None else 'latest'}" for t, v in snap.versions.items()), err=True)
+        frame = snap.sql(sql)
+        return frame.columns, [tuple(r) for r in frame.limit(limit).collect()]
+
+
+def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
+    if fmt == "json":
+        for row in rows:
+            click.echo(json.dumps(dict(zip(columns, row, strict=True)), default=str))
+    elif fmt == "csv":
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    else:
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*["NULL" if v is None else str(v) for v in row])
+        Console().print(table)
+
+
+@click.command("vacuum")
+@click.argument("tables", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="List the files that would go and why the rest stays; delete nothing.")
+@click.option("--retain-barriers", type=click.IntRange(0), default=None,
+              help="Also keep the exact points of this many newest barriers "
+                   "(default: LOCKSTEP_RETAIN_BARRIERS, else 100; 0 keeps only what someone needs now).")
+@click.option("--list-files", "show_files", default=20, show_default=True, type=click.IntRange(0),
+              help="Print at most this many file names per table.")
+@click.pass_obj
+def vacuum(settings: Settings, tables: tuple[str, ...], dry_run: bool, retain_barriers: int | None,
+           show_files: int) -> None:
+    """Delete old Delta files of TABLES (default: every table) that nobody needs any more.
+
+    A version stays readable while a repeatable-read lease holds it, a running job reads from
+    it next, it is a table's newest exact point or the one read-committed readers pick now, or
+    it is the exact point of one of the newest --retain-barriers barriers. Older versions'
+    files go; reading them afterwards fails with a clear "vacuumed" error.
+
+    Exit 0 done, 1 unknown table, 3 the broker (where the coordinator's state lives) unreachable.
+    """
+    from coordinator.client.state import read_state
+    from spark_jobs.session import build_session
+    from spark_jobs.vacuum import vacuum as vacuum_tables
+
+    try:
+        state = read_state(settings)
+    except Exception as exc:  # noqa: BLE001 - Kafka errors come in many types; all mean the same here
+        raise Unreachable(f"cannot read the coordinator's state from {settings.bootstrap}: {exc}") from exc
+    check_known(tables, state.tables)
+    spark = build_session("lockstep-vacuum", settings=settings)
+    reports = vacuum_tables(spark, settings, tables, retain_barriers, dry_run, state=state)
+    for report in reports:
+        if report.floor is None:
+            click.echo(f"{report.table}: no Delta table yet; nothing to vacuum")
+            continue
+        verb = "would delete" if dry_run else "deleted"
+        click.echo(f"{report.table}: {verb} {len(report.files)} file(s); versions >= {report.floor} stay readable")
+        for keep in report.keeps:
+            click.echo(f"  keeps version {keep.version}: {keep.reason}")
+        for name in report.files[:show_files]:
+            click.echo(f"  {verb}: {name}")
+        if len(report.files) > show_files:
+            click.echo(f"  ... and {len(report.files) - show_files} more")

@@ -1,0 +1,78 @@
+"""The root of ``lockstep``: one error policy (message + exit code) for every command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from coordinator.dev.broker import free_port
+from coordinator.domain.errors import ExitCode, LockstepError, NotStarted, Rejected, Unreachable, UsageError
+from lockstep.cli import EXIT_CODES, LockstepGroup, cli
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> click.testing.Result:
+    return CliRunner().invoke(cli, list(args), env=env, prog_name="lockstep")
+
+
+@pytest.mark.parametrize(("error", "code", "label"), [
+    (LockstepError("it failed"), 1, "error"),
+    (Rejected("no such job"), 1, "rejected"),
+    (UsageError("bad flag"), 2, "error"),
+    (Unreachable("nobody at :1"), 3, "error"),
+    (NotStarted("no jars"), 4, "error"),
+    (KeyboardInterrupt(), 130, None),
+])
+def test_errors_become_a_message_and_their_exit_code(error: BaseException, code: int, label: str | None) -> None:
+    group = LockstepGroup("lockstep")
+
+    @group.command()
+    def boom() -> None:
+        raise error
+
+    result = CliRunner().invoke(group, ["boom"])
+    assert result.exit_code == code
+    assert result.stderr.strip() == (f"{label}: {error}" if label else "interrupted")
+
+
+def test_every_exit_code_is_documented_in_help() -> None:
+    shown = invoke("--help")
+    assert shown.exit_code == 0
+    assert set(EXIT_CODES) == set(ExitCode)
+    for code, what in EXIT_CODES.items():
+        assert f"{code.value:<4}{what}" in shown.output
+
+
+def test_a_bad_setting_is_a_usage_error_naming_the_variable() -> None:
+    result = invoke("topology", env={"LOCKSTEP_BOOTSTRAP": "nohost"})
+    assert result.exit_code == 2
+    assert "LOCKSTEP_BOOTSTRAP='nohost' is not host:port" in result.stderr
+
+
+def test_an_unreachable_coordinator_exits_3_and_says_where() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    result = invoke("delays", env={"LOCKSTEP_COORDINATOR_URL": url})
+    assert result.exit_code == 3
+    assert f"coordinator not reachable at {url}/delays" in result.stderr
+
+
+def test_a_bad_pipeline_file_is_a_usage_error_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.sql"
+    bad.write_text("DROP TABLE t;")
+    result = invoke("explain", str(bad))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {bad}: ") and "only CREATE TABLE" in result.stderr
+
+
+def test_explain_starts_no_spark() -> None:
+    probe = ("import sys; from click.testing import CliRunner; from lockstep.cli import cli; "
+             "r = CliRunner().invoke(cli, ['explain', 'pipelines/shopping.sql']); "
+             "assert r.exit_code == 0, r.output; print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark'))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
