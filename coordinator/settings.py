@@ -1,7 +1,8 @@
 """One typed settings object, read from ``LOCKSTEP_*`` environment variables.
 
-Every process (CLI, worker, Spark jobs, tests) builds its configuration here so that a
-variable means the same thing everywhere.
+Every process (CLI, worker, Spark jobs, tests) builds its configuration here, once, and passes
+it on, so that a variable means the same thing everywhere; nothing else reads ``LOCKSTEP_*``.
+A bad value is a ``SettingsError`` naming the variable and what it must look like.
 
 Example::
 
@@ -16,10 +17,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
+from coordinator.domain.barriers import BarrierConfig
 from coordinator.domain.errors import UsageError
 
 KAFKA_PASSTHROUGH_PREFIX = "LOCKSTEP_KAFKA_"
+CRASH_POINTS = ("before_commit", "before_completion")
+SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE")
 
 
 class SettingsError(UsageError, ValueError):
@@ -27,8 +32,17 @@ class SettingsError(UsageError, ValueError):
 
 
 @dataclass(frozen=True)
+class CrashAt:
+    """Drills only (``LOCKSTEP_CRASH_AT=before_commit:0.3``): a job SIGKILLs itself at ``point``
+    with probability ``chance`` (``spark_jobs.faults``)."""
+
+    point: str
+    chance: float = 1.0
+
+
+@dataclass(frozen=True)
 class Settings:
-    """Where things are and how to reach them."""
+    """Where things are, how to reach them, and the knobs of barriers, Spark and drills."""
 
     bootstrap: str = "127.0.0.1:9092"
     home: Path = Path(".lockstep")
@@ -39,6 +53,11 @@ class Settings:
     replication_factor: int = 1
     kafka_client: Mapping[str, str] = field(default_factory=dict)
     retain_barriers: int = 100  # vacuum keeps the exact points of this many newest barriers
+    barriers: BarrierConfig = BarrierConfig()  # spacing, backpressure, liveness, catch-up stride
+    schemas: Path | None = None  # the Avro schemas; None: schemas/ of this checkout
+    spark_master: str = "local[2]"
+    spark_log_level: str | None = None  # None: WARN (the demo's live view asks for ERROR)
+    crash_at: CrashAt | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -55,8 +74,19 @@ class Settings:
             replication_factor=_whole_number(env, "LOCKSTEP_REPLICATION_FACTOR", 1),
             kafka_client=kafka_passthrough(env),
             retain_barriers=_whole_number(env, "LOCKSTEP_RETAIN_BARRIERS", 100, minimum=0),
+            barriers=BarrierConfig(
+                interval_ms=_whole_number(env, "LOCKSTEP_BARRIER_INTERVAL_MS", BarrierConfig.interval_ms),
+                max_inflight=_whole_number(env, "LOCKSTEP_BARRIER_MAX_INFLIGHT", BarrierConfig.max_inflight),
+                liveness_ms=_whole_number(env, "LOCKSTEP_JOB_LIVENESS_MS", BarrierConfig.liveness_ms),
+                catchup_stride=_whole_number(env, "LOCKSTEP_BARRIER_CATCHUP_STRIDE", BarrierConfig.catchup_stride),
+            ),
+            schemas=Path(env["LOCKSTEP_SCHEMAS"]) if env.get("LOCKSTEP_SCHEMAS") else None,
+            spark_master=env.get("LOCKSTEP_SPARK_MASTER") or "local[2]",
+            spark_log_level=_spark_log_level(env.get("LOCKSTEP_SPARK_LOG_LEVEL")),
+            crash_at=_crash_at(env.get("LOCKSTEP_CRASH_AT")),
         )
         _ = settings.bootstrap_port  # validate early, with a message that names the variable
+        _ = settings.coordinator_port
         return settings
 
     @property
@@ -74,6 +104,22 @@ class Settings:
             )
         return int(port)
 
+    @property
+    def coordinator_host(self) -> str:
+        return urlparse(self.coordinator_url).hostname or "127.0.0.1"
+
+    @property
+    def coordinator_port(self) -> int:
+        url = urlparse(self.coordinator_url)
+        try:
+            port = url.port
+        except ValueError:
+            port = None
+        if url.scheme not in ("http", "https") or not url.hostname or (port is None and url.netloc.count(":")):
+            raise SettingsError(f"LOCKSTEP_COORDINATOR_URL={self.coordinator_url!r} is not http://host[:port]; "
+                                "set it like LOCKSTEP_COORDINATOR_URL=http://127.0.0.1:6066")
+        return port or 6066
+
     def kafka_config(self, **extra: str | int | bool) -> dict[str, str | int | bool]:
         """confluent-kafka client config: bootstrap + ``LOCKSTEP_KAFKA_*`` pass-through + extra."""
         return {"bootstrap.servers": self.bootstrap, **self.kafka_client, **extra}
@@ -84,6 +130,30 @@ def _whole_number(env: Mapping[str, str], name: str, default: int, minimum: int 
     if not raw.isdigit() or int(raw) < minimum:
         raise SettingsError(f"{name}={raw!r} must be a whole number >= {minimum}")
     return int(raw)
+
+
+def _spark_log_level(raw: str | None) -> str | None:
+    if not raw:
+        return None
+    if raw.upper() not in SPARK_LOG_LEVELS:
+        raise SettingsError(f"LOCKSTEP_SPARK_LOG_LEVEL={raw!r} is not a Spark log level; "
+                            f"use one of {', '.join(SPARK_LOG_LEVELS)}")
+    return raw.upper()
+
+
+def _crash_at(raw: str | None) -> CrashAt | None:
+    """``before_commit`` or ``before_commit:0.3`` (point, probability)."""
+    if not raw:
+        return None
+    point, _, chance = raw.partition(":")
+    try:
+        probability = float(chance or 1)
+    except ValueError:
+        probability = -1.0
+    if point not in CRASH_POINTS or not 0 <= probability <= 1:
+        raise SettingsError(f"LOCKSTEP_CRASH_AT={raw!r} must be POINT[:PROBABILITY] with POINT one of "
+                            f"{', '.join(CRASH_POINTS)} and PROBABILITY between 0 and 1")
+    return CrashAt(point, probability)
 
 
 def kafka_passthrough(env: Mapping[str, str]) -> dict[str, str]:

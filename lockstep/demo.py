@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -246,8 +246,8 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             pipeline = register_pipeline(settings, pipeline)
             say(f"registered {options.pipeline.name}: " + ", ".join(f"{j.job_id} -> {j.sink}" for j in pipeline.jobs))
             jobs = stack.enter_context(_jobs(settings, options.pipeline, say))
-            os.environ.setdefault("LOCKSTEP_SPARK_LOG_LEVEL", "ERROR")  # keep the live view readable
-            spark = build_session("lockstep-demo-reads", settings=settings)  # starts while the jobs start
+            quiet = replace(settings, spark_log_level=settings.spark_log_level or "ERROR")  # a readable live view
+            spark = build_session("lockstep-demo-reads", settings=quiet)  # starts while the jobs start
             stack.callback(spark.stop)
             stack.callback(close_clients)  # the leases' client, before the broker stops
             _wait_ready(settings, [d.name for d in pipeline.derived], jobs, say)

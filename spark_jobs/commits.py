@@ -26,7 +26,7 @@ from coordinator.client.clock import now_ms
 from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierCompleted, OffsetRange, PhaseTime, SourceVersion, entity_key
-from coordinator.settings import Settings
+from coordinator.settings import CrashAt, Settings
 from spark_jobs.delta_log import newest_commit, parse_metadata, prepare_next_write
 from spark_jobs.faults import crash_point
 from spark_jobs.session import session_conf
@@ -69,6 +69,7 @@ class DeltaSink:
     job_id: str
     schema: str | StructType | None  # DDL ("a BIGINT, b STRING") or a Spark schema; None: from the first write
     create_on_first_write: bool = False
+    crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
     versions: dict[tuple[int, int], int] = field(default_factory=dict)  # (generation, barrier) -> version
     # (generation, barrier) -> the source versions an intermediate job read for that commit
     sources: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
@@ -155,7 +156,7 @@ class DeltaSink:
         known = self.versions.get((generation, barrier))
         if known is not None:
             return known  # committed before a crash: Delta would skip the write anyway
-        crash_point("before_commit")
+        crash_point("before_commit", self.crash_at)
         watch = watch or Stopwatch()
         with watch.phase("upkeep"):
             self._finish_upkeep()
@@ -213,7 +214,8 @@ class CompletionPublisher:
 
     def __init__(self, settings: Settings) -> None:
         self.topic = Topics(settings.topic_prefix).completions
-        self.codec = default_codec()
+        self.crash_at = settings.crash_at
+        self.codec = default_codec(settings.schemas)
         self.producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "linger.ms": 0}))
 
     def publish(
@@ -229,7 +231,7 @@ class CompletionPublisher:
         offsets: list[tuple[str, int, int, int]] | None = None,
         phases: Sequence[PhaseTime] = (),
     ) -> BarrierCompleted:
-        crash_point("before_completion")
+        crash_point("before_completion", self.crash_at)
         fact = BarrierCompleted(
             job_id, table, barrier, generation, version, rows[0], rows[1], rows[2],
             tuple(SourceVersion(t, v) for t, v in sorted((source_versions or {}).items())),

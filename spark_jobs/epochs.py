@@ -25,7 +25,6 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
 from coordinator.domain import JobState, MetaState
-from coordinator.domain.barriers import BarrierConfig, commit_points
+from coordinator.domain.barriers import commit_points
 from coordinator.domain.events import END_STATUSES
 from coordinator.settings import Settings
 
@@ -44,7 +43,7 @@ TRIGGER_MS = 50  # how often a job's query asks for new barriers
 def settings_options(settings: Settings) -> dict[str, str]:
     """What the source runner process needs to reach the state topics."""
     return {
-        "catchup_stride": os.environ.get("LOCKSTEP_BARRIER_CATCHUP_STRIDE", str(BarrierConfig.catchup_stride)),
+        "catchup_stride": str(settings.barriers.catchup_stride),
         "bootstrap": settings.bootstrap,
         "topic_prefix": settings.topic_prefix,
         "kafka_client": json.dumps(dict(settings.kafka_client)),

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
 from coordinator.client.clock import now_ms
+from coordinator.settings import CrashAt
 from spark_jobs.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.epochs import EMPTY, BarrierWork
 from spark_jobs.formats import check_avro_schema, decode, reason
@@ -37,12 +38,15 @@ class RootIngestion:
     warehouse: Path
     publisher: CompletionPublisher
     bootstrap: str
+    crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
 
     def __post_init__(self) -> None:
         if self.table.format == "avro":
             check_avro_schema(self.table)
-        self.sink = DeltaSink(self.spark, str(self.warehouse / self.table.name), self.job_id, self.table.schema_ddl)
-        self.dlq = DeltaSink(self.spark, str(self.warehouse / f"{self.table.name}__dlq"), f"{self.job_id}__dlq", DLQ_SCHEMA)
+        self.sink = DeltaSink(self.spark, str(self.warehouse / self.table.name), self.job_id, self.table.schema_ddl,
+                              crash_at=self.crash_at)
+        self.dlq = DeltaSink(self.spark, str(self.warehouse / f"{self.table.name}__dlq"), f"{self.job_id}__dlq", DLQ_SCHEMA,
+                             crash_at=self.crash_at)
 
     def read_range(self, work: BarrierWork) -> DataFrame | None:
         ranges = [(t, p, s, e) for t, p, s, e in work.offsets if e > max(s, 0)]

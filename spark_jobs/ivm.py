@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from coordinator.client.clock import now_ms
+from coordinator.settings import CrashAt
 from spark_jobs.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.delta_log import read_version, table_bytes
 from spark_jobs.epochs import BarrierWork
@@ -60,10 +61,12 @@ class TableMaintainer:
     # A table up to this size is rewritten whole at each barrier (one Spark job); a larger one
     # gets a MERGE of the changed rows (which reads and rewrites only the files they touch).
     rewrite_limit_bytes: int = REWRITE_LIMIT_BYTES
+    crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
 
     def __post_init__(self) -> None:
         # The table is created by its first barrier's write (CREATE TABLE AS SELECT is atomic).
-        self.sink = DeltaSink(self.spark, self._path(self.table.name), self.job_id, None, create_on_first_write=True)
+        self.sink = DeltaSink(self.spark, self._path(self.table.name), self.job_id, None, create_on_first_write=True,
+                              crash_at=self.crash_at)
         self.schema: StructType | None = None
         if self.sink.exists:
             self.schema = self.spark.read.format("delta").load(self.sink.path).schema

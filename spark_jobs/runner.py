@@ -77,10 +77,11 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
     publisher = CompletionPublisher(settings)
     table = pipeline.table(job.sink)
     if isinstance(table, RootTable):
-        processor = RootIngestion(session, table, job.job_id, settings.warehouse.absolute(), publisher, settings.bootstrap)
+        processor = RootIngestion(session, table, job.job_id, settings.warehouse.absolute(), publisher, settings.bootstrap,
+                                  crash_at=settings.crash_at)
     else:
         processor = TableMaintainer(session, table, plan_for(pipeline, table), job.job_id, settings.warehouse.absolute(),
-                                    publisher)
+                                    publisher, crash_at=settings.crash_at)
 
     def batch(frame: DataFrame, batch_id: int) -> None:
         # Each job's Spark jobs go to a scheduler pool of its own: a small barrier of one job

@@ -92,14 +92,14 @@ def build_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(master or os.environ.get("LOCKSTEP_SPARK_MASTER", "local[2]"))
+        .master(master or settings.spark_master)
         .config("spark.jars", ",".join(str(j.absolute()) for j in spark_jars(settings)))
         .config("spark.sql.warehouse.dir", str(settings.warehouse.absolute()))
     )
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("LOCKSTEP_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(settings.spark_log_level or "WARN")
     _quiet(spark, QUIET_LOGGERS)
     return spark
 

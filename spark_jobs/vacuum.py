@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 
 from coordinator.client.state import read_state
 from coordinator.domain import MetaState
-from coordinator.domain.errors import LockstepError, check_known
+from coordinator.domain.errors import check_known
 from coordinator.domain.retention import Keep, versions_to_keep
 from coordinator.settings import Settings
 from spark_jobs.session import session_conf
@@ -40,10 +40,6 @@ VACUUM_CONF = {
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
 }
 INVENTORY = "path STRING, length BIGINT, isDir BOOLEAN, modificationTime BIGINT"
-
-
-class VacuumError(LockstepError):
-    """Vacuum cannot run as asked; the message says why and what to do."""
 
 
 @dataclass(frozen=True)

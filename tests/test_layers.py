@@ -18,7 +18,7 @@ BASE = ("coordinator.settings",)  # one typed Settings, read by every layer abov
 # package -> the Lockstep modules it may import (besides itself); None: standard library only
 ALLOWED: dict[str, tuple[str, ...] | None] = {
     "coordinator.domain": None,
-    "coordinator.settings": ("coordinator.domain.errors",),
+    "coordinator.settings": ("coordinator.domain",),
     "coordinator.codec": ("coordinator.domain",),
     "coordinator.client": ("coordinator.domain", "coordinator.codec", *BASE),
     "coordinator.stream": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),

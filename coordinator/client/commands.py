@@ -40,7 +40,7 @@ class CommandClient:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
-        self.codec = default_codec()
+        self.codec = default_codec(settings.schemas)
         self._lock = threading.Lock()
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None

@@ -44,7 +44,7 @@ class StateReader:
         self.state = MetaState()
         self.stats = ReaderStats()
         self.lock = threading.RLock()
-        self.codec = default_codec()
+        self.codec = default_codec(settings.schemas)
         self.consumer = Consumer(
             settings.kafka_config(
                 **{

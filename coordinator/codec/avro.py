@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import io
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from coordinator.domain.records import from_record, to_record
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
-SCHEMA_DIR = Path(os.environ.get("LOCKSTEP_SCHEMAS", Path(__file__).resolve().parents[2] / "schemas"))
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"  # LOCKSTEP_SCHEMAS (Settings.schemas) overrides it
 
 
 class DecodeError(LockstepError, ValueError):
@@ -111,6 +110,6 @@ class EventCodec:
 
 
 @functools.cache
-def default_codec() -> EventCodec:
-    """The process-wide codec over ``schemas/`` (parsed once)."""
-    return EventCodec()
+def default_codec(schema_dir: Path | None = None) -> EventCodec:
+    """The process-wide codec over ``schema_dir`` (default: ``schemas/`` of this checkout), parsed once."""
+    return EventCodec(schema_dir or SCHEMA_DIR)

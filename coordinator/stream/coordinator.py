@@ -54,8 +54,8 @@ class Coordinator:
     def __init__(self, settings: Settings, topics: Topics, barrier_config: BarrierConfig | None = None) -> None:
         self.settings = settings
         self.topics = topics
-        self.barrier_config = barrier_config or BarrierConfig()
-        self.codec = default_codec()
+        self.barrier_config = barrier_config or settings.barriers
+        self.codec = default_codec(settings.schemas)
         self.follower = StateFollower(settings, topics)
         self.producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "linger.ms": 0}))
         self.admin = AdminClient(settings.kafka_config())

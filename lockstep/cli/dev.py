@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import sys
+from dataclasses import replace
 
 import click
 
@@ -67,13 +67,15 @@ def status(ctx: click.Context) -> None:
 @click.command()
 @click.option("--web-port", type=int, help="Port of the REST API (default: from LOCKSTEP_COORDINATOR_URL, 6066).")
 @click.option("--loglevel", default="info", show_default=True, type=click.Choice(["debug", "info", "warn", "error", "crit"]))
-def worker(web_port: int | None, loglevel: str) -> None:
+@click.pass_obj
+def worker(settings: Settings, web_port: int | None, loglevel: str) -> None:
     """Run the coordinator (a Faust worker): decides commands, announces barriers on the leader,
     serves the REST API. Run two for failover (give the second its own --web-port)."""
-    if web_port is not None:
-        os.environ["LOCKSTEP_COORDINATOR_URL"] = f"http://127.0.0.1:{web_port}"
-    from coordinator.stream.app import app
+    from coordinator.stream.app import create_app
 
+    if web_port is not None:
+        settings = replace(settings, coordinator_url=f"http://127.0.0.1:{web_port}")
+    app = create_app(settings)
     sys.argv = ["lockstep-worker", "worker", "--loglevel", loglevel,
-                "--web-host", app.conf.web_host, "--web-port", str(app.conf.web_port)]
+                "--web-host", settings.coordinator_host, "--web-port", str(settings.coordinator_port)]
     app.main()

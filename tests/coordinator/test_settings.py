@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.settings import Settings, SettingsError, kafka_passthrough
+from coordinator.settings import CrashAt, Settings, SettingsError, kafka_passthrough
 
 
 def test_defaults_follow_design() -> None:
@@ -36,3 +36,43 @@ def test_kafka_passthrough_maps_variable_names_to_client_keys() -> None:
 def test_bad_bootstrap_names_the_variable(bad: str) -> None:
     with pytest.raises(SettingsError, match="LOCKSTEP_BOOTSTRAP"):
         Settings.from_env({"LOCKSTEP_BOOTSTRAP": bad})
+
+
+def test_every_knob_is_typed_and_defaults_follow_the_readme() -> None:
+    s = Settings.from_env({})
+    assert (s.barriers.interval_ms, s.barriers.max_inflight, s.barriers.liveness_ms, s.barriers.catchup_stride) == \
+        (1000, 3, 30000, 10)
+    assert (s.spark_master, s.spark_log_level, s.crash_at, s.schemas) == ("local[2]", None, None, None)
+    set_ = Settings.from_env({"LOCKSTEP_BARRIER_INTERVAL_MS": "200", "LOCKSTEP_BARRIER_CATCHUP_STRIDE": "5",
+                              "LOCKSTEP_SPARK_LOG_LEVEL": "error", "LOCKSTEP_CRASH_AT": "before_completion:0.25",
+                              "LOCKSTEP_SPARK_MASTER": "spark://127.0.0.1:7077", "LOCKSTEP_SCHEMAS": "/s"})
+    assert (set_.barriers.interval_ms, set_.barriers.catchup_stride) == (200, 5)
+    assert (set_.spark_log_level, set_.spark_master, set_.schemas) == ("ERROR", "spark://127.0.0.1:7077", Path("/s"))
+    assert set_.crash_at == CrashAt("before_completion", 0.25)
+
+
+@pytest.mark.parametrize(("name", "bad", "hint"), [
+    ("LOCKSTEP_BARRIER_INTERVAL_MS", "1s", "whole number >= 1"),
+    ("LOCKSTEP_BARRIER_MAX_INFLIGHT", "-1", "whole number >= 1"),
+    ("LOCKSTEP_JOB_LIVENESS_MS", "", "whole number >= 1"),
+    ("LOCKSTEP_REPLICATION_FACTOR", "three", "whole number >= 1"),
+    ("LOCKSTEP_CRASH_AT", "before_lunch", "before_commit, before_completion"),
+    ("LOCKSTEP_CRASH_AT", "before_commit:2", "between 0 and 1"),
+    ("LOCKSTEP_SPARK_LOG_LEVEL", "loud", "WARN"),
+    ("LOCKSTEP_COORDINATOR_URL", "127.0.0.1:6066", "http://127.0.0.1:6066"),
+    ("LOCKSTEP_COORDINATOR_URL", "http://127.0.0.1:port", "http://127.0.0.1:6066"),
+])
+def test_a_bad_value_names_the_variable_and_the_fix(name: str, bad: str, hint: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({name: bad})
+    assert str(info.value).startswith(f"{name}={bad!r}") and hint in str(info.value)
+
+
+def test_nothing_else_reads_lockstep_variables() -> None:
+    """One Settings: LOCKSTEP_* is read in coordinator/settings.py only (children get it passed)."""
+    root = Path(__file__).resolve().parents[2]
+    readers = [str(p.relative_to(root)) for package in ("coordinator", "spark_jobs", "lockstep")
+               for p in root.glob(f"{package}/**/*.py")
+               if p.name != "settings.py" and any(f"{call}(\"LOCKSTEP_" in p.read_text()
+                                                  for call in ("environ.get", "getenv", "env.get", "environ["))]
+    assert readers == []

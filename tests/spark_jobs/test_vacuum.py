@@ -13,9 +13,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from coordinator.client.state import read_state
+from coordinator.domain.errors import UnknownTables
 from coordinator.settings import Settings
 from spark_jobs.reads import open_snapshot
-from spark_jobs.vacuum import VacuumError, vacuum
+from spark_jobs.vacuum import vacuum
 from tests.spark_jobs.barriers import at, wait_for_barrier
 from tests.spark_jobs.supervising import KeyedRecords
 from tests.worker_fixtures import ROOT
@@ -81,7 +82,7 @@ def test_vacuum_keeps_what_a_repeatable_read_snapshot_and_the_jobs_need(
         totals[k] += i
     assert got == dict(totals)
 
-    with pytest.raises(VacuumError, match="unknown table"):
+    with pytest.raises(UnknownTables, match="unknown table"):
         vacuum(spark, settings, ["nope"])
     bad = subprocess.run([sys.executable, "-m", "lockstep", "vacuum", "nope"], env=env, capture_output=True,
                          text=True, timeout=120, cwd=ROOT)
