@@ -88,14 +88,14 @@ def anomalies(topology: Topology, rows: list[Any]) -> int:
     """Rows no consistent state could hold: an average price that is not the unit price
     (shopping), or two counts of the same key that differ (counts)."""
     if topology is SHOPPING:
-        from spark_jobs.probes import wrong_prices
+        from spark_jobs.demo.probes import wrong_prices
 
         return wrong_prices(rows)
     return sum(1 for r in rows if r["n1"] != r["n2"])
 
 
 def record_maker(topology: Topology):  # noqa: ANN201 - a datagen RecordMaker
-    from spark_jobs.datagen import purchases
+    from spark_jobs.demo.datagen import purchases
 
     if topology is SHOPPING:
         return purchases(users=100, items=20)
@@ -114,7 +114,7 @@ def child_generate(topology: Topology, rate: int) -> None:
     import threading
 
     from coordinator.settings import Settings
-    from spark_jobs.datagen import RateGenerator
+    from spark_jobs.demo.datagen import RateGenerator
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -129,7 +129,7 @@ def child_plain(topology: Topology, only: str | None) -> None:
     from pyspark.sql import functions as F
 
     from coordinator.settings import Settings
-    from spark_jobs.session import build_session
+    from spark_jobs.runtime.session import build_session
 
     settings = Settings.from_env()
     spark = build_session(f"plain-{only or topology.name}", settings=settings)
@@ -184,9 +184,9 @@ def child_read(topology: Topology, system: str, until: float, out: Path, nice: i
     there is something new to read (plain: its tables' newest versions, from their logs)."""
     yield_cpu(nice)
     from coordinator.settings import Settings
-    from spark_jobs.delta_log import latest_version
-    from spark_jobs.reads import SnapshotError, open_snapshot
-    from spark_jobs.session import build_session
+    from spark_jobs.api.reads import SnapshotError, open_snapshot
+    from spark_jobs.runtime.delta_log import latest_version
+    from spark_jobs.runtime.session import build_session
 
     settings = Settings.from_env()
     spark = build_session(f"reader-{system}", settings=settings)
@@ -314,7 +314,7 @@ def stack(tmp: Path, system: str, barrier_interval_ms: int | None) -> Iterator[t
 
 def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dict[str, Any]:
     from coordinator.settings import Settings
-    from spark_jobs.datagen import ensure_topic
+    from spark_jobs.demo.datagen import ensure_topic
 
     with ExitStack() as cleanup:
         tmp = Path(tempfile.mkdtemp(prefix=f"fresh-{system}-"))

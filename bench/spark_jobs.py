@@ -92,22 +92,23 @@ def plain_merge_job(spark, bootstrap: str, topic: str, path: str, per_batch: int
 
 
 def lockstep_ingest(spark, settings: Settings, topic: str, ends: dict[int, int], batches: int, run: str) -> None:  # noqa: ANN001
-    from spark_jobs.commits import CompletionPublisher
-    from spark_jobs.epochs import BarrierWork
-    from spark_jobs.ingest import RootIngestion
-    from spark_jobs.pipeline import parse_pipeline
+    from coordinator.domain import OffsetRange
+    from coordinator.domain.work import BarrierWork
+    from spark_jobs.planning.pipeline import parse_pipeline
+    from spark_jobs.runtime.commits import CompletionPublisher
+    from spark_jobs.runtime.ingest import RootIngestion
 
     sql = f"CREATE TABLE t_{run} ({INGEST_DDL}) WITH ('source' = 'kafka:{topic}', 'primary_key' = 'id')"
     table = parse_pipeline(sql).roots[0]
     job = RootIngestion(spark.newSession(), table, f"ingest_{run}", settings.warehouse, CompletionPublisher(settings),
                         settings.bootstrap)
     for b in range(1, batches + 1):
-        offsets = [(topic, p, end * (b - 1) // batches, end * b // batches) for p, end in ends.items()]
+        offsets = [OffsetRange(topic, p, end * (b - 1) // batches, end * b // batches) for p, end in ends.items()]
         job.process(BarrierWork(b, 0, 0, offsets=offsets))
 
 
 def bench_ingest(records: int, batches: int, repeat: int) -> None:
-    from spark_jobs.session import build_session
+    from spark_jobs.runtime.session import build_session
 
     with local_stack() as settings:
         tmp = settings.home
@@ -141,12 +142,12 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from spark_jobs.commits import CompletionPublisher, DeltaSink
-    from spark_jobs.epochs import BarrierWork
-    from spark_jobs.ivm import TableMaintainer
-    from spark_jobs.pipeline import DerivedTable
-    from spark_jobs.plans import Plan, TableShape, plan_query
-    from spark_jobs.session import build_session
+    from coordinator.domain.work import BarrierWork
+    from spark_jobs.planning.pipeline import DerivedTable
+    from spark_jobs.planning.plans import Plan, TableShape, plan_query
+    from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
+    from spark_jobs.runtime.ivm import TableMaintainer
+    from spark_jobs.runtime.session import build_session
 
     query = "SELECT g, SUM(v) AS total, COUNT(*) AS n, AVG(v) AS mean FROM src GROUP BY g"
     with local_stack() as settings:

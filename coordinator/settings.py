@@ -34,7 +34,7 @@ class SettingsError(UsageError, ValueError):
 @dataclass(frozen=True)
 class CrashAt:
     """Drills only (``LOCKSTEP_CRASH_AT=before_commit:0.3``): a job SIGKILLs itself at ``point``
-    with probability ``chance`` (``spark_jobs.faults``)."""
+    with probability ``chance`` (``spark_jobs.runtime.faults``)."""
 
     point: str
     chance: float = 1.0

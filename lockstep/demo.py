@@ -2,7 +2,7 @@
 
 It starts (or reuses) the local broker and a coordinator worker, registers and runs
 ``pipelines/shopping.sql``, runs ``lockstep datagen shopping`` as a child process, and reads
-FLIP-276's join again and again at each read level (``spark_jobs.probes``). Whatever it
+FLIP-276's join again and again at each read level (``spark_jobs.demo.probes``). Whatever it
 started, it stops, also on Ctrl-C.
 
 Example::
@@ -36,9 +36,9 @@ from coordinator.dev.broker import LocalBroker, port_in_use, topic_count
 from coordinator.dev.worker import WorkerProcess, healthy
 from coordinator.domain.errors import NotStarted, Unreachable
 from coordinator.settings import Settings
-from spark_jobs.datagen import ensure_topic
-from spark_jobs.probes import LEVELS, LevelStats, Prober
-from spark_jobs.reads import CoordinatorUnreachable, close_clients
+from spark_jobs.api.reads import CoordinatorUnreachable, close_clients
+from spark_jobs.demo.datagen import ensure_topic
+from spark_jobs.demo.probes import LEVELS, LevelStats, Prober
 
 SHOPPING = Path(__file__).resolve().parents[1] / "pipelines" / "shopping.sql"
 CAUGHT_UP = 2  # barriers a table may lag when the demo starts generating and reading
@@ -223,9 +223,9 @@ def _wait_ready(settings: Settings, tables: list[str], jobs: subprocess.Popen[by
 def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None] = print,
              console: Console | None = None) -> DemoResult:
     """Run the demo for ``options.seconds`` (Ctrl-C ends it early; the result says so)."""
-    from spark_jobs.pipeline import load_pipeline
-    from spark_jobs.runner import register_pipeline
-    from spark_jobs.session import build_session
+    from spark_jobs.ops.runner import register_pipeline
+    from spark_jobs.planning.pipeline import load_pipeline
+    from spark_jobs.runtime.session import build_session
 
     console = console or Console()
     pipeline = load_pipeline(options.pipeline)

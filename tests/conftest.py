@@ -20,9 +20,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.settings import Settings
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-pytest_plugins = ["tests.worker_fixtures", "tests.state_fixtures"]
+pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.support.pipelines"]
 
 
 @pytest.fixture(scope="session")
@@ -131,7 +131,7 @@ def read_topic(kafka_bootstrap: str) -> Callable[[str], list[tuple[int, int, byt
 @pytest.fixture(scope="session")
 def spark(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - pyspark type
     """The one SparkSession of the test session (local[2], 2 shuffle partitions, UI off)."""
-    from spark_jobs.session import build_session
+    from spark_jobs.runtime.session import build_session
 
     settings = dataclasses.replace(base_settings, warehouse=tmp_path_factory.mktemp("spark-warehouse"))
     session = build_session("lockstep-tests", settings=settings)

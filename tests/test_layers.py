@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ("coordinator.settings",)  # one typed Settings, read by every layer above the domain
+DATA_PLANE_BASE = ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE)
 # package -> the Lockstep modules it may import (besides itself); None: standard library only
 ALLOWED: dict[str, tuple[str, ...] | None] = {
     "coordinator.domain": None,
@@ -24,7 +25,13 @@ ALLOWED: dict[str, tuple[str, ...] | None] = {
     "coordinator.stream": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),
     "coordinator.dev": ("coordinator.domain.errors", "coordinator.client", *BASE),
     "coordinator.replay": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),
-    "spark_jobs": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),
+    "spark_jobs": (),  # the package's docstring only
+    # the data plane, by audience: planning <- runtime <- ops <- api <- demo
+    "spark_jobs.planning": ("coordinator.domain",),
+    "spark_jobs.runtime": (*DATA_PLANE_BASE, "spark_jobs.planning"),
+    "spark_jobs.ops": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime"),
+    "spark_jobs.api": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime", "spark_jobs.ops"),
+    "spark_jobs.demo": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime", "spark_jobs.ops", "spark_jobs.api"),
     "lockstep": ("coordinator", "spark_jobs"),  # the composition root: it may import every layer
 }
 OURS = ("coordinator", "spark_jobs", "lockstep", "bench", "tests")
@@ -76,6 +83,13 @@ def test_imports_run_downward(path: Path) -> None:
         assert ok, f"{module} imports {imported}: {layer} may import only {', '.join(allowed) or 'the standard library'}"
 
 
+@pytest.mark.parametrize("path", sorted(ROOT.glob("spark_jobs/planning/*.py")), ids=lambda p: p.name)
+def test_planning_needs_no_spark(path: Path) -> None:
+    """Pipelines and plans are parsed by `lockstep explain` and checks that must not start a JVM."""
+    heavy = [m for m in imported_modules(path) if m.split(".")[0] in ("pyspark", "delta", "py4j")]
+    assert heavy == [], f"{module_name(path)} imports {heavy}"
+
+
 def test_the_rules_see_every_package() -> None:
     """A new package gets a rule: every source module belongs to a layer (the bare namespace excepted)."""
     orphans = [module_name(p) for p in sources() if layer_of(module_name(p)) is None]
@@ -108,3 +122,18 @@ def test_no_module_imports_itself_around_a_circle() -> None:
 
     for name in sorted(graph):
         visit(name)
+
+
+def test_tests_mirror_the_packages() -> None:
+    """tests/<package path>/test_<module>.py tests <package path>/<module>.py; drills, Kafka/Spark
+    behaviour checks and shared helpers have folders of their own."""
+    own_folders = ("drills", "integration", "support")
+    strays = []
+    for test in sorted((ROOT / "tests").rglob("test_*.py")):
+        relative = test.relative_to(ROOT / "tests")
+        if relative.parts[0] in own_folders or len(relative.parts) == 1:
+            continue
+        target = ROOT / relative.parent / relative.stem.removeprefix("test_")
+        if not (target.with_suffix(".py").exists() or target.is_dir()):
+            strays.append(str(relative))
+    assert strays == []

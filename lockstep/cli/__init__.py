@@ -1,68 +1,10 @@
 """The ``lockstep`` command: the composition root, one module per command group.
 
-Commands raise ``LockstepError`` (see ``coordinator.domain.errors``); the root group catches it
-once, prints ``"<label>: <message>"`` on stderr and exits with the error's code. Commands that
-need Spark import it inside their body, so ``lockstep --help``, ``emit``, ``topology`` or
-``explain`` start no JVM.
+``root`` holds the root group and the error policy; ``dev``, ``emit``, ``observe``,
+``pipelines``, ``reads`` and ``demo`` hold the commands. Commands that need Spark import it
+inside their body, so ``lockstep --help``, ``emit``, ``topology`` or ``explain`` start no JVM.
 """
 
-from __future__ import annotations
+from lockstep.cli.root import EXIT_CODES, LockstepGroup, cli, main
 
-from typing import Any
-
-import click
-
-from coordinator.domain.errors import ExitCode, LockstepError
-from coordinator.settings import Settings
-from lockstep.cli.demo import datagen, demo
-from lockstep.cli.dev import dev, worker
-from lockstep.cli.emit import emit_group
-from lockstep.cli.observe import barriers, delays, replay_command, topology
-from lockstep.cli.pipelines import explain, revise, run, stop_job
-from lockstep.cli.reads import query, vacuum
-
-EXIT_CODES = {
-    ExitCode.OK: "success",
-    ExitCode.FAILED: "the operation failed or a command was rejected (the message says why)",
-    ExitCode.USAGE: "bad usage: a flag, a LOCKSTEP_* value or a pipeline file",
-    ExitCode.UNREACHABLE: "the broker or the coordinator does not answer (dev status: the broker is stopped)",
-    ExitCode.NOT_STARTED: "a part Lockstep starts itself (local broker, worker, Spark) could not start",
-    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
-}
-
-
-class LockstepGroup(click.Group):
-    """The root group: the one place where errors become messages and exit codes."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except LockstepError as exc:
-            click.echo(f"{exc.label}: {exc}", err=True)
-            ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(ExitCode.INTERRUPTED)
-
-
-@click.group(cls=LockstepGroup, context_settings={"help_option_names": ["-h", "--help"]},
-             epilog="\b\nExit codes:\n" + "\n".join(f"  {code.value:<4}{what}" for code, what in EXIT_CODES.items()))
-@click.pass_context
-def cli(ctx: click.Context) -> None:
-    """Lockstep: consistent streaming ETL on the lakehouse.
-
-    Configuration comes from LOCKSTEP_* environment variables (see README):
-    LOCKSTEP_BOOTSTRAP, LOCKSTEP_HOME, LOCKSTEP_WAREHOUSE, LOCKSTEP_JARS,
-    LOCKSTEP_COORDINATOR_URL, and LOCKSTEP_KAFKA_* for Kafka client settings.
-    """
-    ctx.obj = Settings.from_env()
-
-
-for command in (dev, worker, demo, datagen, run, stop_job, revise, explain, query, vacuum, topology, delays, barriers,
-                replay_command):
-    cli.add_command(command)
-cli.add_command(emit_group, name="emit")
-
-
-def main() -> None:
-    cli(prog_name="lockstep")
+__all__ = ["EXIT_CODES", "LockstepGroup", "cli", "main"]

@@ -16,7 +16,7 @@ from coordinator.domain.errors import Rejected
 from coordinator.settings import Settings
 
 if TYPE_CHECKING:
-    from spark_jobs.pipeline import Pipeline
+    from spark_jobs.planning.pipeline import Pipeline
 
 
 def send(settings: Settings, command: Command, timeout: float) -> CommandOutcome:
@@ -36,7 +36,7 @@ def fetch(settings: Settings, path: str) -> Any:
 
 def load(path: str | Path) -> Pipeline:
     """Parse a pipeline file (sqlglot only, no Spark); a bad one raises ``PipelineError`` (exit 2)."""
-    from spark_jobs.pipeline import PipelineError, load_pipeline
+    from spark_jobs.planning.pipeline import PipelineError, load_pipeline
 
     try:
         return load_pipeline(Path(path))

@@ -90,7 +90,7 @@ def datagen_shopping(settings: Settings, rate: int, seconds: float | None, users
     """
     from confluent_kafka import KafkaException
 
-    from spark_jobs.datagen import RateGenerator, ensure_topic, purchases
+    from spark_jobs.demo.datagen import RateGenerator, ensure_topic, purchases
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -35,8 +35,8 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
     Running a pipeline again with a changed query is accepted: new barriers use it, and
     `lockstep revise TABLE --to-barrier B` recomputes the barriers after B with it.
     """
-    from spark_jobs.runner import Supervisor, register_pipeline
-    from spark_jobs.session import build_session
+    from spark_jobs.ops.runner import Supervisor, register_pipeline
+    from spark_jobs.runtime.session import build_session
 
     pipeline = load(pipeline_file)
     known = {j.job_id for j in pipeline.jobs} | {j.sink for j in pipeline.jobs}
@@ -124,7 +124,7 @@ def revise(settings: Settings, table: str, barrier: int | None, full: bool, time
 @click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
 def explain(pipeline_file: str) -> None:
     """Print, per job, how it maintains its table and why (parses SQL only; starts no Spark)."""
-    from spark_jobs.plans import explain_job
+    from spark_jobs.planning.plans import explain_job
 
     pipeline = load(pipeline_file)
     for job in pipeline.jobs:

@@ -46,9 +46,9 @@ def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | N
     """
     from sqlglot.errors import ParseError
 
-    from spark_jobs.lineage import register_lineage_views
-    from spark_jobs.reads import referenced_tables
-    from spark_jobs.session import build_session
+    from spark_jobs.api.lineage import register_lineage_views
+    from spark_jobs.api.reads import referenced_tables
+    from spark_jobs.runtime.session import build_session
 
     if as_of_barrier is not None and as_of_timestamp is not None:
         raise click.UsageError("give --as-of-barrier or --as-of-timestamp, not both")
@@ -76,7 +76,7 @@ def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | N
 
 def _snapshot_query(spark: Any, settings: Settings, sql: str, tables: list[str], consistency: str,
                     as_of_barrier: int | None, as_of_timestamp: int | None, limit: int) -> tuple[list[str], list[tuple]]:
-    from spark_jobs.reads import open_snapshot
+    from spark_jobs.api.reads import open_snapshot
 
     with open_snapshot(spark, tables, consistency, as_of_barrier, as_of_timestamp, settings) as snap:
         click.echo(f"barrier {snap.barrier if snap.barrier is not None else '(latest versions)'}; versions "
@@ -121,8 +121,8 @@ def vacuum(settings: Settings, tables: tuple[str, ...], dry_run: bool, retain_ba
     Exit 0 done, 1 unknown table, 3 the broker (where the coordinator's state lives) unreachable.
     """
     from coordinator.client.state import read_state
-    from spark_jobs.session import build_session
-    from spark_jobs.vacuum import vacuum as vacuum_tables
+    from spark_jobs.ops.vacuum import vacuum as vacuum_tables
+    from spark_jobs.runtime.session import build_session
 
     try:
         state = read_state(settings)

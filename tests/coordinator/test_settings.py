@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.settings import CrashAt, Settings, SettingsError, kafka_passthrough
+from tests.support import ROOT
 
 
 def test_defaults_follow_design() -> None:
@@ -70,9 +71,8 @@ def test_a_bad_value_names_the_variable_and_the_fix(name: str, bad: str, hint: s
 
 def test_nothing_else_reads_lockstep_variables() -> None:
     """One Settings: LOCKSTEP_* is read in coordinator/settings.py only (children get it passed)."""
-    root = Path(__file__).resolve().parents[2]
-    readers = [str(p.relative_to(root)) for package in ("coordinator", "spark_jobs", "lockstep")
-               for p in root.glob(f"{package}/**/*.py")
+    readers = [str(p.relative_to(ROOT)) for package in ("coordinator", "spark_jobs", "lockstep")
+               for p in ROOT.glob(f"{package}/**/*.py")
                if p.name != "settings.py" and any(f"{call}(\"LOCKSTEP_" in p.read_text()
                                                   for call in ("environ.get", "getenv", "env.get", "environ["))]
     assert readers == []

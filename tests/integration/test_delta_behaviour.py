@@ -9,7 +9,7 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from spark_jobs.commits import barrier_txn
+from spark_jobs.runtime.commits import barrier_txn
 
 pytestmark = [pytest.mark.integration]
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from coordinator.codec import SCHEMA_DIR, DecodeError, EventCodec, default_codec
 from coordinator.codec.avro import schema_fingerprint
 from coordinator.domain.events import EVENT_TYPES, BarrierAnnounced, TableState
-from tests.coordinator.strategies import any_event
+from tests.support.strategies import any_event
 
 codec = default_codec()
 

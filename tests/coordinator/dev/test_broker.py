@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from coordinator.dev.broker import HOST, LocalBroker, free_port, process_alive
+from coordinator.dev.broker import HOST, LocalBroker, free_port, new_cluster_id, process_alive
 from coordinator.settings import Settings
-from tests.conftest import ROOT
+from tests.support import ROOT, run_lockstep
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -24,9 +24,7 @@ def lockstep(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[s
         "LOCKSTEP_JARS": str(ROOT / ".lockstep" / "jars"),
         "LOCKSTEP_BOOTSTRAP": f"{HOST}:{port}",
     }
-    return subprocess.run(
-        [sys.executable, "-m", "lockstep", *args], env=env, capture_output=True, text=True, timeout=180
-    )
+    return run_lockstep(*args, env=env, timeout=180)
 
 
 def test_up_twice_status_down_leaves_no_process(tmp_path: Path) -> None:
@@ -66,12 +64,9 @@ def test_port_held_by_someone_else_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_missing_jars_say_how_to_fix(tmp_path: Path) -> None:
     env_home = tmp_path / "home"
-    result = subprocess.run(
-        [sys.executable, "-m", "lockstep", "dev", "up"],
-        env={**os.environ, "LOCKSTEP_HOME": str(env_home), "LOCKSTEP_JARS": str(tmp_path / "nojars"),
-             "LOCKSTEP_BOOTSTRAP": f"{HOST}:{free_port()}"},
-        capture_output=True, text=True, timeout=60,
-    )
+    env = {**os.environ, "LOCKSTEP_HOME": str(env_home), "LOCKSTEP_JARS": str(tmp_path / "nojars"),
+           "LOCKSTEP_BOOTSTRAP": f"{HOST}:{free_port()}"}
+    result = run_lockstep("dev", "up", env=env, timeout=60)
     assert result.returncode == 4
     assert "scripts/setup" in result.stderr
 
@@ -80,3 +75,10 @@ def test_the_managed_broker_follows_the_settings(tmp_path: Path) -> None:
     broker = LocalBroker.for_settings(Settings(bootstrap="127.0.0.1:19999", home=tmp_path, jars=tmp_path / "jars"))
     assert broker is not None and broker.port == 19999 and broker.home == (tmp_path / "kafka").absolute()
     assert LocalBroker.for_settings(Settings(bootstrap="kafka.example:9092")) is None
+
+
+def test_cluster_ids_are_16_bytes_and_never_look_like_a_flag() -> None:
+    ids = [new_cluster_id() for _ in range(2000)]  # ~30 would start with '-' without the guard
+    assert all(not i.startswith("-") and len(i) == 22 for i in ids)
+    assert all(len(base64.urlsafe_b64decode(i + "==")) == 16 for i in ids)
+    assert len(set(ids)) == len(ids)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.domain import BarrierCompleted, GenerationStart, MetaState, TableState, Tombstone, entity_key, fold, fold_all
-from tests.coordinator.strategies import state_topics
+from tests.support.strategies import state_topics
 
 
 def interleave(topics: dict[str, list[Any]], choices: list[int]) -> list[Any]:

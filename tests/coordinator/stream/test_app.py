@@ -1,16 +1,28 @@
-"""The Faust app is built from the Settings it is given; importing its module does no work."""
+"""The coordinator app (coordinator/stream/app.py): built from the Settings it is given, and run as a
+real worker process on a real broker: commands, replay, restarts, failover."""
 
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
+from confluent_kafka import Producer
+
+from coordinator.client.topics import Topics
+from coordinator.codec import default_codec
+from coordinator.domain import BarrierCompleted, LeaseState, SourceVersion, Tombstone, entity_key
 from coordinator.settings import Settings
 from coordinator.stream.app import create_app
+from tests.support import ROOT, wait_until
 
-ROOT = Path(__file__).resolve().parents[3]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_importing_the_app_reads_no_environment_and_touches_no_disk(tmp_path: Path) -> None:
@@ -27,3 +39,188 @@ def test_the_app_follows_the_settings_it_is_given(tmp_path: Path) -> None:
     assert (app.conf.web_host, app.conf.web_port) == ("127.0.0.1", 6123)
     assert Path(app.conf.datadir).parent == tmp_path.absolute() / "coordinator"
     assert {"/health", "/state", "/snapshot", "/delays", "/metrics"} <= {route for route in app.web.views}
+
+
+def barrier_ids(worker: Any) -> list[int]:
+    return [b["barrier"] for b in worker.get("/barriers?limit=100000")]
+
+
+def test_emit_prints_outcomes_with_exit_codes(make_worker: Callable, lockstep_cli: Callable) -> None:
+    worker = make_worker()
+    ok = lockstep_cli("emit", "declare-table", "shopping", "--kind", "root", "--primary-key", "user_id,item_id")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "accepted: DeclareTable" in ok.stdout and "table:shopping" in ok.stdout
+    again = lockstep_cli("emit", "declare-table", "shopping", "--kind", "root", "--primary-key", "user_id,item_id")
+    assert again.returncode == 0 and "no change" in again.stdout
+
+    bad = lockstep_cli("emit", "register-job", "j", "--sink", "missing", "--topics", "src")
+    assert bad.returncode == 1
+    assert "rejected: RegisterJob" in bad.stderr and "unknown table 'missing'" in bad.stderr
+
+    assert lockstep_cli("emit", "register-job", "ingest", "--sink", "shopping", "--topics", "src").returncode == 0
+    second = lockstep_cli("emit", "register-job", "ingest2", "--sink", "shopping", "--topics", "src")
+    assert second.returncode == 1 and "already has a writer: job 'ingest'" in second.stderr
+
+    topology = worker.get("/topology")
+    assert topology["tables"]["shopping"]["writer"] == "ingest"
+    assert topology["jobs"]["ingest"]["external_topics"] == ["src"]
+    shown = lockstep_cli("topology", "--format", "json", url=worker.url)
+    assert shown.returncode == 0 and '"ingest"' in shown.stdout
+    dot = lockstep_cli("topology", "--format", "dot", url=worker.url)
+    assert '"kafka:src" -> "shopping" [label="ingest"];' in dot.stdout
+
+    tail = lockstep_cli("barriers", "tail", "--from-beginning", "--count", "3", timeout=60)
+    assert tail.returncode == 0
+    assert [line.split()[:2] for line in tail.stdout.splitlines()] == [["barrier", "1"], ["barrier", "2"], ["barrier", "3"]]
+
+
+def test_emit_without_a_coordinator_exits_3(lockstep_cli: Callable) -> None:
+    result = lockstep_cli("emit", "--timeout", "3", "declare-table", "t", "--kind", "root")
+    assert result.returncode == 3
+    assert "lockstep worker" in result.stderr
+
+
+def test_barrier_cut_covers_external_topics(
+    make_worker: Callable, lockstep_cli: Callable, make_topic: Callable, kafka_bootstrap: str
+) -> None:
+    source = make_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(10):
+        producer.produce(source, partition=i % 2, value=b"x")
+    producer.flush(10)
+    worker = make_worker()
+    assert lockstep_cli("emit", "declare-table", "t", "--kind", "root").returncode == 0
+    assert lockstep_cli("emit", "register-job", "j", "--sink", "t", "--topics", source).returncode == 0
+    barrier = wait_until(lambda: next((b for b in worker.get("/barriers?limit=100000") if b["cut"]), None), "a cut", timeout=30)
+    assert sorted((c["topic"], c["partition"], c["offset"]) for c in barrier["cut"]) == [(source, 0, 5), (source, 1, 5)]
+
+
+def test_ten_thousand_mixed_events_then_replay_verify(
+    make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str], kafka_bootstrap: str
+) -> None:
+    worker = make_worker()
+    for name, kind in [("shopping", "root"), ("amount", "intermediate"), ("price", "intermediate")]:
+        assert lockstep_cli("emit", "declare-table", name, "--kind", kind).returncode == 0
+    assert lockstep_cli("emit", "register-job", "ingest", "--sink", "shopping", "--topics", "src").returncode == 0
+    assert lockstep_cli("emit", "register-job", "amount_job", "--sink", "amount", "--sources", "shopping").returncode == 0
+
+    topics = Topics(coordinator_env["LOCKSTEP_TOPIC_PREFIX"])
+    codec = default_codec()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
+    rng = random.Random(3)
+    garbage = 0
+    for i in range(10_000):
+        roll = rng.random()
+        if roll < 0.85:
+            fact: Any = BarrierCompleted("ingest", rng.choice(["shopping", "amount", "ghost"]), rng.randint(1, 400), 0,
+                                         rng.randint(0, 50), rows_in=rng.randint(0, 9), committed_at_ms=i)
+            producer.produce(topics.completions, key=entity_key(fact).encode(), value=codec.encode(fact))
+        elif roll < 0.93:
+            fact = LeaseState(f"l{rng.randint(0, 30)}", "reader", 1, (SourceVersion("shopping", 1),), i, 2**62)
+            producer.produce(topics.leases, key=entity_key(fact).encode(), value=codec.encode(fact))
+        elif roll < 0.98:
+            tomb = Tombstone(f"completion:shopping@{rng.randint(1, 400)}")
+            producer.produce(topics.completions, key=tomb.key.encode(), value=None)
+        else:
+            garbage += 1
+            producer.produce(topics.completions, key=b"completion:x@1", value=os.urandom(rng.randint(0, 40)))
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+
+    result = lockstep_cli("replay", "--verify", url=worker.url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verified: identical to the live coordinator" in result.stdout
+    metrics = urllib_text(worker.url + "/metrics")
+    assert f"lockstep_decode_errors_total {garbage}" in metrics, "undecodable records are counted, not fatal"
+    assert worker.get("/health")["status"] == "ok"
+
+
+def urllib_text(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode()
+
+
+def test_kill9_and_restart_keeps_state_and_barrier_ids_continue(
+    make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str]
+) -> None:
+    worker = make_worker()
+    assert lockstep_cli("emit", "declare-table", "t", "--kind", "root").returncode == 0
+    assert lockstep_cli("emit", "register-job", "j", "--sink", "t", "--topics", "src").returncode == 0
+    wait_until(lambda: len(barrier_ids(worker)) >= 5, "five barriers", timeout=30)
+    worker.kill9()
+    before_state = worker_state_from_replay(coordinator_env)
+
+    restarted = make_worker(start=False)
+    restarted.port = worker.port
+    restarted.start()
+    ids = wait_until(lambda: (ids := barrier_ids(restarted)) and len(ids) >= len(before_state["barriers"]) + 3 and ids,
+                     "new barriers after the restart", timeout=30)
+    assert ids == list(range(1, len(ids) + 1)), "barrier ids continue with no gap and no duplicate"
+    after = restarted.get("/state")["state"]
+    for section in ("tables", "jobs", "leases", "completions"):
+        assert after[section] == before_state[section], section
+    assert all(after["barriers"][b] == barrier for b, barrier in before_state["barriers"].items())
+    verify = lockstep_cli("replay", "--verify", url=restarted.url)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def worker_state_from_replay(env: dict[str, str]) -> dict[str, Any]:
+    from coordinator.client.state import StateReader
+
+    reader = StateReader(Settings.from_env(env), Topics(env["LOCKSTEP_TOPIC_PREFIX"]))
+    try:
+        return reader.read_to_end().canonical()
+    finally:
+        reader.close()
+
+
+def test_failover_to_the_second_worker_within_30s(make_worker: Callable) -> None:
+    first, second = make_worker(), make_worker()
+    leader, standby = wait_until(
+        lambda: next(((a, b) for a, b in [(first, second), (second, first)] if a.get("/health")["leader"]), None),
+        "a leader", timeout=30,
+    )
+    wait_until(lambda: len(barrier_ids(standby)) >= 3, "barriers seen by the standby", timeout=30)
+    last_before = max(barrier_ids(standby))
+    leader.kill9()
+    killed_at = time.monotonic()
+    wait_until(lambda: max(barrier_ids(standby)) > last_before + 2, "the standby announcing barriers", timeout=45)
+    took = time.monotonic() - killed_at
+    assert took <= 30, f"failover took {took:.1f}s"
+    ids = barrier_ids(standby)
+    assert ids == list(range(1, len(ids) + 1))
+
+
+def test_lease_over_http_snapshot_and_expiry(
+    make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str], kafka_bootstrap: str
+) -> None:
+    worker = make_worker()
+    assert lockstep_cli("emit", "declare-table", "t", "--kind", "root").returncode == 0
+    assert lockstep_cli("emit", "register-job", "j", "--sink", "t", "--topics", "src").returncode == 0
+    completion = BarrierCompleted("j", "t", 1, 0, 7, committed_at_ms=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(Topics(coordinator_env["LOCKSTEP_TOPIC_PREFIX"]).completions,
+                     key=entity_key(completion).encode(), value=default_codec().encode(completion))
+    producer.flush(10)
+    wait_until(lambda: worker.get("/tables/t")["exact_points"] == {"1": 7}, "the exact point", timeout=10)
+
+    announced = worker.get("/barriers?from=1&limit=1")[0]["ts_ms"]
+    expected = {"barrier": 1, "versions": {"t": 7}, "data_ts_ms": announced}
+    assert worker.get("/snapshot?tables=t&as_of_barrier=1") == expected
+    assert worker.get("/snapshot?tables=t") == expected
+    assert "unknown table(s): nope" in worker.get("/snapshot?tables=nope")["error"]
+    assert worker.get("/delays")["tables"]["t"]["latest_exact_barrier"] == 1
+    assert worker.get(f"/delays?since_ms={announced}")["tables"]["t"]["e2e_p50_ms"] is not None
+    assert worker.get(f"/delays?since_ms={announced + 1}")["tables"]["t"]["e2e_p50_ms"] is None  # before the window
+    assert "must be a whole number" in worker.get("/delays?last=x")["error"]
+
+    lease = lockstep_cli("emit", "acquire-lease", "l1", "--holder", "me", "--tables", "t", "--barrier", "1", "--ttl-ms", "1500")
+    assert lease.returncode == 0, lease.stdout + lease.stderr
+    held = worker.get("/state")["state"]["leases"]["l1"]
+    assert held["versions"] == [{"table": "t", "version": 7}]
+    wait_until(lambda: "l1" not in worker.get("/state")["state"]["leases"], "the lease to expire", timeout=15)
+    gone = lockstep_cli("emit", "release-lease", "l1")
+    assert gone.returncode == 1 and "unknown lease 'l1'" in gone.stderr

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from coordinator.dev.broker import free_port
 from coordinator.domain.errors import ExitCode, LockstepError, NotStarted, Rejected, Unreachable, UsageError
 from lockstep.cli import EXIT_CODES, LockstepGroup, cli
+from tests.support import ROOT
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> click.testing.Result:
@@ -73,6 +74,6 @@ def test_explain_starts_no_spark() -> None:
              "r = CliRunner().invoke(cli, ['explain', 'pipelines/shopping.sql']); "
              "assert r.exit_code == 0, r.output; print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark'))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parents[3])
+                          cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

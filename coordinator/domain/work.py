@@ -1,0 +1,113 @@
+"""Barrier work planning, kept pure: which barriers a job commits and what each one covers.
+
+A root job reads, per barrier, the offset range of each topic-partition between the cut of the
+barrier it processed before and this barrier's cut; an intermediate job reads its sources at
+their exact points of the barrier. A job further behind than the catch-up stride commits only
+at multiples of it (``barriers.commit_points``). The Spark barrier source
+(``spark_jobs.runtime.epochs``) calls ``work_for`` and hands each ``BarrierWork`` to the job.
+
+Example::
+
+    >>> from coordinator.domain import BarrierAnnounced, CutEntry, JobState, TableState, fold_all
+    >>> state = fold_all([TableState("t", "root"), JobState("ingest", "t", external_topics=("src",)),
+    ...                   BarrierAnnounced(1, 1000, (CutEntry("src", 0, 5),)),
+    ...                   BarrierAnnounced(2, 2000, (CutEntry("src", 0, 9),))])
+    >>> [(w.barrier, w.offsets) for w in work_for(state, state.jobs["ingest"], 0, 2)]  # doctest: +NORMALIZE_WHITESPACE
+    [(1, [OffsetRange(topic='src', partition=0, start=-2, end=5)]),
+     (2, [OffsetRange(topic='src', partition=0, start=5, end=9)])]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import astuple, dataclass, field, replace
+from typing import Any
+
+from coordinator.domain.barriers import commit_points
+from coordinator.domain.events import JobState, OffsetRange
+from coordinator.domain.state import MetaState
+
+EARLIEST = -2  # an offset range's start when the partition is read from its first record (Kafka's -2)
+EMPTY = -1  # restore_to's version for a revision from scratch (--full): no rows
+
+
+@dataclass(frozen=True)
+class BarrierWork:
+    """One barrier for one job: the unit a job commits."""
+
+    barrier: int
+    generation: int
+    ts_ms: int
+    # root jobs: per topic-partition [start, end) offsets; start EARLIEST: the partition's first record
+    offsets: list[OffsetRange] = field(default_factory=list)
+    # intermediate jobs: source table -> Delta version at this barrier
+    source_versions: dict[str, int] = field(default_factory=dict)
+    # the first barrier of a revised root job: first put its table back to its state at the
+    # revision's barrier, (barrier, version), where version EMPTY means no rows (--full)
+    restore_to: tuple[int, int] | None = None
+
+    def to_json(self) -> str:
+        """The ``info`` column of the barrier source's rows (what is not a column of its own)."""
+        return json.dumps({"offsets": [astuple(o) for o in self.offsets], "source_versions": self.source_versions,
+                           "restore_to": self.restore_to})
+
+    @classmethod
+    def from_row(cls, row: Any) -> BarrierWork:
+        """From a row of the barrier source (anything indexable by column name)."""
+        info = json.loads(row["info"])
+        return cls(row["barrier"], row["generation"], row["ts_ms"],
+                   [OffsetRange(*o) for o in info["offsets"]], info["source_versions"],
+                   tuple(info["restore_to"]) if info.get("restore_to") else None)
+
+
+def ready_barrier(state: MetaState, job: JobState) -> int:
+    """The newest barrier ``job`` may process now."""
+    if job.external_topics:
+        return state.last_barrier()
+    return state.common_barrier(job.sources) or 0
+
+
+def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int = 10) -> list[BarrierWork]:
+    """The barriers in ``(start, end]`` that ``job`` commits, with what it needs for each. A job
+    more than ``stride`` barriers behind folds them into commits at multiples of ``stride``; a
+    root job then reads from the cut of the barrier it processed before."""
+    out = []
+    previous = start
+    points = {s: state.exact_points(s) for s in job.sources}  # empty for root jobs
+    restore = _restore_point(state, job) if job.external_topics and start == job.resume_barrier else None
+    for b in commit_points(start, end, stride):
+        announced = state.barriers.get(b)
+        if announced is None or not all(b in p for p in points.values()):
+            continue
+        work = BarrierWork(b, job.generation, announced.ts_ms)
+        if job.external_topics:
+            first = previous <= job.resume_barrier and not state.completions.get(job.sink, {}).get(previous)
+            ends = {(c.topic, c.partition): c.offset for c in announced.cut if c.topic in job.external_topics}
+            before = {} if first else _cut_before(state, previous, set(ends))
+            offsets = [OffsetRange(t, p, before.get((t, p), EARLIEST), end) for (t, p), end in ends.items()]
+            out.append(replace(work, offsets=offsets, restore_to=None if out else restore))
+        else:
+            out.append(replace(work, source_versions={s: p[b] for s, p in points.items()}))
+        previous = b
+    return out
+
+
+def _restore_point(state: MetaState, job: JobState) -> tuple[int, int] | None:
+    """Where a revised root job's table goes back to before it re-ingests: (the revision's
+    barrier, the version of its exact point there, or EMPTY from scratch). None if not revised."""
+    b = job.restart_from_barrier
+    if b is None:
+        return None
+    return b, state.exact_points(job.sink).get(b, EMPTY) if b else EMPTY
+
+
+def _cut_before(state: MetaState, barrier: int, needed: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Where each needed topic-partition stood at ``barrier``: its offset in the newest cut at or
+    before it that has the partition (a cut taken before a topic was read lacks it)."""
+    where: dict[tuple[str, int], int] = {}
+    for b in range(barrier, 0, -1):
+        if needed <= where.keys():
+            break
+        for c in state.barriers[b].cut if b in state.barriers else ():
+            where.setdefault((c.topic, c.partition), c.offset)
+    return where

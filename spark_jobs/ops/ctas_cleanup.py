@@ -1,0 +1,47 @@
+"""CREATE TABLE AS SELECT, all or nothing: a table that never committed goes away with its job.
+
+A CTAS table is declared as pending: the coordinator lists it (and readers can read it) only
+once its job committed the first barrier, and that first write is what creates the Delta table.
+If the job ends before that (it failed for good, or ``lockstep stop`` ended it), this hook
+drops the catalog entry (the DropTable command) and deletes whatever files the job left.
+The Supervisor always runs it; it is an ordinary ``JobHooks``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coordinator.client.commands import emit, new_request_id
+from coordinator.client.rest import get_json
+from coordinator.domain import DropTable
+from coordinator.settings import Settings
+from spark_jobs.ops.hooks import JobEvent, JobHooks
+
+
+@dataclass
+class CtasCleanup(JobHooks):
+    settings: Settings
+    report: Callable[[str], None] = lambda message: None
+
+    def on_failed(self, event: JobEvent) -> None:
+        if event.status != "RUNNING":  # RUNNING: the Supervisor restarts it, the table may still come
+            self._drop_if_never_created(event)
+
+    def on_canceled(self, event: JobEvent) -> None:
+        self._drop_if_never_created(event)
+
+    def on_finished(self, event: JobEvent) -> None:
+        self._drop_if_never_created(event)
+
+    def _drop_if_never_created(self, event: JobEvent) -> None:
+        if event.sink not in get_json(self.settings, "/topology").get("pending", []):
+            return  # created (it stays), or not a CTAS table
+        why = f"job {event.job_id} ended ({event.status}) before its first commit"
+        outcome = emit(self.settings, DropTable(new_request_id(), event.sink, why))
+        if not outcome.accepted:
+            self.report(f"table {event.sink} was not dropped: {outcome.reason}")
+            return
+        shutil.rmtree(self.settings.warehouse.absolute() / event.sink, ignore_errors=True)
+        self.report(f"table {event.sink} dropped: {why}")

@@ -1,0 +1,115 @@
+"""``lockstep vacuum``: delete old Delta files that no lease, running job or retention needs.
+
+The coordinator's state says which versions of a table must stay readable and why
+(``coordinator.domain.retention``); the oldest of them is the table's floor. The files to
+delete are those no version from the floor on references, written before the floor was
+committed (so a write in flight is never touched). Delta's own VACUUM deletes them, given
+exactly that list as its inventory: its time-based retention counts in whole hours
+(``RETAIN 0.5 HOURS`` is rounded), too coarse to keep one version and not the one before.
+The warehouse must be a local or mounted path.
+
+Example::
+
+    for report in vacuum(spark, settings, ["user_item_amount"], retain_barriers=0, dry_run=True):
+        print(report.table, report.floor, len(report.files), [k.reason for k in report.keeps])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from coordinator.client.state import read_state
+from coordinator.domain import MetaState
+from coordinator.domain.errors import check_known
+from coordinator.domain.retention import Keep, versions_to_keep
+from coordinator.settings import Settings
+from spark_jobs.runtime.session import session_conf
+
+SAFETY_MS = 1000  # only files written this long before the floor's commit may go (clock and write skew)
+VACUUM_CONF = {
+    "spark.databricks.delta.retentionDurationCheck.enabled": "false",  # RETAIN 0 HOURS over our own inventory
+    # Delta lists with this many tasks (default 10,000: 100 s for a small table on two cores, 7 s with 4)
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+}
+INVENTORY = "path STRING, length BIGINT, isDir BOOLEAN, modificationTime BIGINT"
+
+
+@dataclass(frozen=True)
+class VacuumReport:
+    """One table: the oldest version kept readable (None: no Delta table yet), why each kept
+    version is kept, and the files deleted (with ``dry_run``: that would be deleted)."""
+
+    table: str
+    floor: int | None
+    keeps: list[Keep]
+    files: list[str]
+    dry_run: bool
+
+
+def vacuum(spark: SparkSession, settings: Settings, tables: Sequence[str] = (), retain_barriers: int | None = None,
+           dry_run: bool = False, state: MetaState | None = None) -> list[VacuumReport]:
+    """Vacuum ``tables`` (default: every registered table); ``retain_barriers`` defaults to
+    ``settings.retain_barriers`` (LOCKSTEP_RETAIN_BARRIERS)."""
+    state = state if state is not None else read_state(settings)
+    names = list(tables) or sorted(state.tables)
+    check_known(names, state.tables)
+    retain = settings.retain_barriers if retain_barriers is None else retain_barriers
+    return [_vacuum_table(spark, str(settings.warehouse.absolute() / name), name, state, retain, dry_run)
+            for name in names]
+
+
+def _vacuum_table(spark: SparkSession, path: str, name: str, state: MetaState, retain: int,
+                  dry_run: bool) -> VacuumReport:
+    keeps = versions_to_keep(state, name, retain)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return VacuumReport(name, None, keeps, [], dry_run)
+    commits = {int(r["version"]): int(r["at"]) for r in DeltaTable.forPath(spark, path).history()
+               .select("version", (F.col("timestamp").cast("double") * 1000).cast("long").alias("at")).collect()}
+    floor = max(min((k.version for k in keeps), default=max(commits)), min(commits))
+    inventory = _unneeded_files(spark, Path(path), floor, commits[floor] - SAFETY_MS, max(commits))
+    if not inventory:
+        return VacuumReport(name, floor, keeps, [], dry_run)
+    spark.createDataFrame(inventory, INVENTORY).createOrReplaceTempView("__lockstep_vacuum_inventory")
+    with session_conf(spark, VACUUM_CONF):
+        sql = f"VACUUM delta.`{path}` USING INVENTORY (SELECT * FROM __lockstep_vacuum_inventory) RETAIN 0 HOURS"
+        files = [r[0] for r in spark.sql(sql + " DRY RUN").collect()]
+        if not dry_run and files:
+            spark.sql(sql).collect()
+            files = [f for f in files if not Path(_local(f)).exists()]
+    return VacuumReport(name, floor, keeps, sorted(files), dry_run)
+
+
+def _local(uri: str) -> str:
+    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+
+
+def _unneeded_files(spark: SparkSession, root: Path, floor: int, written_before_ms: int,
+                    latest: int) -> list[tuple[str, int, bool, int]]:
+    """Data and change files under ``root`` that no version >= ``floor`` uses, written before
+    ``written_before_ms``, as Delta inventory rows."""
+    needed = {Path(_local(f)) for f in spark.read.format("delta").option("versionAsOf", floor).load(str(root)).inputFiles()}
+    for version in range(floor + 1, latest + 1):
+        commit = root / "_delta_log" / f"{version:020d}.json"
+        if not commit.exists():
+            return []  # the log no longer has every commit: cannot tell what is needed, delete nothing
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            for kind in ("add", "cdc"):
+                if kind in action:
+                    needed.add(root / unquote(action[kind]["path"]))
+    rows = []
+    for file in root.rglob("*.parquet"):
+        if "_delta_log" in file.relative_to(root).parts or file in needed:
+            continue
+        info = file.stat()
+        if info.st_mtime * 1000 < written_before_ms:
+            rows.append((f"file:{file}", info.st_size, False, int(info.st_mtime * 1000)))
+    return rows

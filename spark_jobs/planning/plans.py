@@ -1,0 +1,348 @@
+"""How a derived table is maintained: an incremental plan for the query shapes Lockstep knows,
+"full refresh" (with the reason) for everything else. Pure query analysis with sqlglot; the
+Spark side that executes a plan is ``spark_jobs.runtime.ivm``.
+
+Shapes maintained incrementally, all correct under upstream updates and deletes:
+
+* **projection**: ``SELECT cols/exprs FROM t [WHERE ...]`` over one table. Changes are applied
+  by the source's key (which must be selected) or appended when the source is append-only.
+* **aggregate**: ``... GROUP BY`` with SUM, COUNT, COUNT(*), AVG, MIN, MAX, COUNT(DISTINCT)
+  over one table or a two-table join. Invertible aggregates add signed deltas; MIN/MAX recompute
+  only groups that lost their extreme value; COUNT(DISTINCT) recomputes the changed groups.
+* **join**: two-table INNER or LEFT equi-join, optionally followed by GROUP BY. The rows whose
+  join key changed are recomputed from the other side's Delta snapshot (old and new versions),
+  so no state of either side is copied into the job.
+
+Example::
+
+    >>> shapes = {"shopping": TableShape(key=("user_id", "item_id"), append_only=False)}
+    >>> plan = plan_query("SELECT user_id, SUM(amount) AS total FROM shopping GROUP BY user_id", shapes)
+    >>> plan.kind, plan.key
+    ('aggregate', (0,))
+    >>> plan_query("SELECT user_id FROM shopping ORDER BY user_id", shapes).reason
+    'ORDER BY / LIMIT: the result is not a set of rows that changes can be applied to'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+
+from coordinator.domain.errors import LockstepError
+from spark_jobs.planning.pipeline import DerivedTable, Job, Pipeline, RootTable, tables_read
+
+HIDDEN = "__lockstep_"  # prefix of bookkeeping columns kept in aggregate tables
+WEIGHT = f"{HIDDEN}w"  # +n / -n multiplicity of a change row
+ROWS = f"{HIDDEN}rows"  # source rows in a group: the group disappears at 0
+
+AGGREGATES = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max", exp.Count: "count"}
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """What a reader of a table can rely on: a unique key (None: rows have no identity) and
+    whether the table only ever grows (root tables without a primary key)."""
+
+    key: tuple[str, ...] | None
+    append_only: bool
+
+
+UNKNOWN = TableShape(None, False)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One aggregate of the select list: ``func`` over ``arg`` (SQL), at select position ``position``."""
+
+    func: str  # sum | count | count_star | avg | min | max | count_distinct
+    arg: str | None
+    position: int
+
+    def hidden(self, index: int) -> dict[str, str]:
+        """Bookkeeping columns this aggregate needs in the table: name -> SQL aggregate."""
+        if self.func in ("sum", "avg"):
+            out = {f"{HIDDEN}nn{index}": f"COUNT({self.arg})"}
+            if self.func == "avg":
+                out[f"{HIDDEN}sum{index}"] = f"SUM({self.arg})"
+            return out
+        return {}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The maintenance plan of one query. ``kind`` is projection, aggregate, join,
+    join_aggregate or full_refresh. ``key`` identifies a result row: select positions (named
+    at run time from the result's schema) or column names (``SELECT *``)."""
+
+    kind: str
+    reason: str
+    query: str
+    sources: tuple[str, ...] = ()
+    key: tuple[int | str, ...] | None = None
+    append_only: bool = False
+    # one source that only grows: its change rows are all inserts (weight +1), never netted
+    inserts_only: bool = False
+    group_positions: tuple[int, ...] = ()
+    aggregates: tuple[Aggregate, ...] = ()
+    # FROM/JOIN/WHERE of the query with a select list of the change rows: the result columns
+    # (projection, join) or group expressions and aggregate arguments (aggregates), plus WEIGHT
+    change_query: str = ""
+    full_query: str = ""  # the query plus the bookkeeping columns of aggregates
+    join_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # source -> its equi-join columns
+
+    @property
+    def incremental(self) -> bool:
+        return self.kind != "full_refresh"
+
+    def explain(self) -> str:
+        if not self.incremental:
+            return (f"full refresh: recompute the query over {', '.join(self.sources)} at their versions for "
+                    f"each barrier where a source changed, because {self.reason}")
+        return f"incremental {self.kind.replace('_', ' + ')}: {self.reason}"
+
+
+class Unsupported(LockstepError):
+    """The query is outside the incremental shapes; the message says why."""
+
+
+def plan_query(query: str, shapes: Mapping[str, TableShape]) -> Plan:
+    """Analyse ``query`` (Spark SQL) given what is known about its source tables."""
+    tree = sqlglot.parse_one(query, read="spark")
+    sources = tables_read(tree)
+    try:
+        return _plan(tree, shapes, sources)
+    except Unsupported as exc:
+        return Plan("full_refresh", str(exc), query, sources=sources)
+
+
+def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple[str, ...]) -> Plan:
+    if not isinstance(tree, exp.Select):
+        raise Unsupported(f"it is a {type(tree).__name__.upper()}, not a single SELECT")
+    for arg, what in (("with", "a WITH clause"), ("having", "HAVING"), ("distinct", "SELECT DISTINCT"),
+                      ("qualify", "QUALIFY"), ("windows", "WINDOW")):
+        if tree.args.get(arg):
+            raise Unsupported(f"{what} is not maintained incrementally")
+    if tree.args.get("order") or tree.args.get("limit") or tree.args.get("offset"):
+        raise Unsupported("ORDER BY / LIMIT: the result is not a set of rows that changes can be applied to")
+    if tree.find(exp.Window):
+        raise Unsupported("window functions are not maintained incrementally")
+    if any(s is not tree for s in tree.find_all(exp.Select)):
+        raise Unsupported("subqueries are not maintained incrementally")
+    for column in tree.find_all(exp.Column):
+        if column.name.startswith(HIDDEN):
+            raise Unsupported(f"column {column.name} uses the reserved prefix {HIDDEN}")
+    aliases, join = _relations(tree)
+    items = list(tree.expressions)
+    grouped = bool(tree.args.get("group")) or any(isinstance(i.unalias(), exp.AggFunc) for i in items)
+    if join is not None:
+        parts = _join_plan(tree, items, aliases, shapes, join, grouped)
+    else:
+        (source,) = set(aliases.values())
+        parts = _single_plan(tree, items, shapes.get(source, UNKNOWN), grouped, source)
+    return Plan(query=tree.sql(dialect="spark"), sources=sources, **parts)
+
+
+def _relations(tree: exp.Select) -> tuple[dict[str, str], tuple | None]:
+    """alias -> table for FROM and at most one JOIN, and the join's (left, right, columns, side)."""
+    source = tree.args.get("from_")
+    if source is None or not isinstance(source.this, exp.Table):
+        raise Unsupported("the FROM clause is not a plain table")
+    aliases = {source.this.alias_or_name: source.this.name}
+    join_list = tree.args.get("joins") or []
+    if not join_list:
+        return aliases, None
+    if len(join_list) > 1:
+        raise Unsupported("joins of more than two tables are not maintained incrementally")
+    join = join_list[0]
+    if not isinstance(join.this, exp.Table):
+        raise Unsupported("the joined relation is not a plain table")
+    side = (join.args.get("side") or "").upper()
+    kind = (join.args.get("kind") or "").upper()
+    if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER") or (side == "" and kind == "OUTER"):
+        raise Unsupported(f"{' '.join(x for x in (side, kind) if x) or 'this'} JOIN is not maintained incrementally "
+                          "(INNER and LEFT are)")
+    left, right = source.this, join.this
+    if left.name == right.name:
+        raise Unsupported("self-joins are not maintained incrementally")
+    aliases[right.alias_or_name] = right.name
+    columns: dict[str, list[str]] = {left.name: [], right.name: []}
+    if join.args.get("using"):
+        for ident in join.args["using"]:
+            columns[left.name].append(ident.name)
+            columns[right.name].append(ident.name)
+    else:
+        on = join.args.get("on")
+        for conjunct in on.flatten() if isinstance(on, exp.And) else [on] if on is not None else []:
+            if isinstance(conjunct, exp.EQ) and all(isinstance(s, exp.Column) for s in (conjunct.this, conjunct.expression)):
+                owners = [aliases.get(c.table) for c in (conjunct.this, conjunct.expression)]
+                if set(owners) == {left.name, right.name}:
+                    for column, owner in zip((conjunct.this, conjunct.expression), owners, strict=True):
+                        columns[owner].append(column.name)
+                elif None in owners:
+                    raise Unsupported(f"join condition {conjunct.sql()}: qualify both columns with their table")
+    if not columns[left.name]:
+        raise Unsupported("the join has no equality between a column of each table")
+    return aliases, (left.name, right.name, {k: tuple(v) for k, v in columns.items()}, side or "INNER")
+
+
+def _classify(items: list[exp.Expression], group: list[exp.Expression]) -> tuple[tuple[int, ...], tuple[Aggregate, ...]]:
+    """Split the select list into group columns and aggregates; anything else is unsupported."""
+    group_sql = {g.sql(dialect="spark") for g in group}
+    by_alias = {i.alias for i in items if i.alias}
+    for g in group:
+        if isinstance(g, exp.Literal):
+            raise Unsupported("GROUP BY by position is not maintained incrementally; name the columns")
+        if g.sql(dialect="spark") not in {i.unalias().sql(dialect="spark") for i in items} and g.name not in by_alias:
+            raise Unsupported(f"GROUP BY {g.sql()} is not in the select list, so the table has no key")
+    positions: list[int] = []
+    aggregates: list[Aggregate] = []
+    for position, item in enumerate(items):
+        node = item.unalias()
+        if node.sql(dialect="spark") in group_sql or (item.alias and item.alias in {g.name for g in group}):
+            positions.append(position)
+            continue
+        agg = node if isinstance(node, exp.AggFunc) else None
+        if agg is None or type(agg) not in AGGREGATES:
+            what = "an expression over aggregates" if node.find(exp.AggFunc) else "not a GROUP BY column"
+            raise Unsupported(f"select item {item.sql()} is {what} (supported: {', '.join(AGGREGATES.values())})")
+        if any(a is not agg for a in agg.find_all(exp.AggFunc)):
+            raise Unsupported(f"nested aggregate in {item.sql()}")
+        func = AGGREGATES[type(agg)]
+        arg: exp.Expression | None = agg.this
+        if func == "count" and isinstance(arg, exp.Star):
+            func, arg = "count_star", None
+        elif isinstance(arg, exp.Distinct):
+            if func != "count" or len(arg.expressions) != 1:
+                raise Unsupported(f"{item.sql()}: only COUNT(DISTINCT one_column) is maintained incrementally")
+            func, arg = "count_distinct", arg.expressions[0]
+        aggregates.append(Aggregate(func, arg.sql(dialect="spark") if arg is not None else None, position))
+    if len(positions) != len(group):
+        raise Unsupported("each GROUP BY expression must appear exactly once in the select list")
+    return tuple(positions), tuple(aggregates)
+
+
+def _with_weight(tree: exp.Select, columns: list[exp.Expression], weight: str) -> str:
+    """The query's FROM/JOIN/WHERE with ``columns`` and the change weight as its select list."""
+    change = tree.copy()
+    change.set("group", None)
+    change.set("expressions", [*columns, exp.maybe_parse(f"{weight} AS {WEIGHT}", dialect="spark")])
+    return change.sql(dialect="spark")
+
+
+def _aggregate_parts(tree: exp.Select, items: list[exp.Expression], weight: str) -> dict:
+    group = list(tree.args["group"].expressions) if tree.args.get("group") else []
+    if not group:
+        raise Unsupported("an aggregate without GROUP BY (a single global row) is not maintained incrementally")
+    positions, aggregates = _classify(items, group)
+    columns = [items[p].unalias().copy().as_(f"{HIDDEN}g{i}") for i, p in enumerate(positions)]
+    columns += [exp.maybe_parse(a.arg, dialect="spark").as_(f"{HIDDEN}a{i}")
+                for i, a in enumerate(aggregates) if a.arg is not None]
+    full = tree.copy()
+    extra = [f"COUNT(*) AS {ROWS}"] + [f"{sql} AS {name}" for i, a in enumerate(aggregates) for name, sql in a.hidden(i).items()]
+    full.set("expressions", [*full.expressions, *(exp.maybe_parse(e, dialect="spark") for e in extra)])
+    return {
+        "group_positions": positions,
+        "aggregates": aggregates,
+        "key": positions,
+        "change_query": _with_weight(tree, columns, weight),
+        "full_query": full.sql(dialect="spark"),
+    }
+
+
+def _selected(items: list[exp.Expression], table_aliases: set[str], columns: tuple[str, ...]) -> tuple[int, ...] | None:
+    """Select positions of plain references to ``columns`` of one table (None if one is missing)."""
+    found: list[int] = []
+    for name in columns:
+        hits = [p for p, i in enumerate(items)
+                if isinstance(i.unalias(), exp.Column) and i.unalias().name == name
+                and (not i.unalias().table or i.unalias().table in table_aliases)]
+        if not hits:
+            return None
+        found.append(hits[0])
+    return tuple(found)
+
+
+def _names(aggregates: tuple[Aggregate, ...]) -> str:
+    return ", ".join(a.func.upper().replace("_STAR", "(*)").replace("_DISTINCT", "(DISTINCT)") for a in aggregates)
+
+
+def _single_plan(tree: exp.Select, items: list[exp.Expression], shape: TableShape, grouped: bool, source: str) -> dict:
+    if grouped:
+        parts = _aggregate_parts(tree, items, WEIGHT)
+        return {"kind": "aggregate", "reason": f"apply each barrier's changes of {source} (Delta change data feed) "
+                f"to the changed groups only [{_names(parts['aggregates'])}]", "inserts_only": shape.append_only, **parts}
+    star = any(isinstance(i, exp.Star) for i in items)
+    key: tuple[int | str, ...] | None = None
+    if shape.key is not None:
+        key = shape.key if star else _selected(items, {source, tree.args["from_"].this.alias_or_name}, shape.key)
+    if key is None and not shape.append_only:
+        why = "has no key" if shape.key is None else f"key ({', '.join(shape.key)}) is not selected"
+        raise Unsupported(f"{source} {why} and may update or delete rows: changed rows could not be found in the result")
+    how = "appended (the source only grows)" if key is None else "applied by the source's key"
+    change = tree.sql(dialect="spark") if star else _with_weight(tree, items, WEIGHT)  # * includes the weight
+    return {"kind": "projection", "reason": f"changes of {source} (Delta change data feed) filtered, projected and {how}",
+            "key": key, "append_only": key is None, "inserts_only": shape.append_only, "change_query": change}
+
+
+def _join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, str],
+               shapes: Mapping[str, TableShape], join: tuple, grouped: bool) -> dict:
+    left, right, columns, side = join
+    alias_of = {t: a for a, t in aliases.items()}
+    weight = f"{alias_of[left]}.{WEIGHT} * COALESCE({alias_of[right]}.{WEIGHT}, 1)"
+    how = (f"{side} equi-join on {left}({', '.join(columns[left])}) = {right}({', '.join(columns[right])}): rows whose "
+           "join key changed are recomputed from both sides' Delta snapshots before and after the barrier")
+    if grouped:
+        parts = _aggregate_parts(tree, items, weight)
+        return {"kind": "join_aggregate", "reason": f"{how}, then their groups updated [{_names(parts['aggregates'])}]",
+                "join_columns": columns, **parts}
+    if any(isinstance(i, exp.Star) for i in items):
+        raise Unsupported("SELECT * over a join: name the columns")
+    key: tuple[int | str, ...] | None = ()
+    for table in (left, right):
+        shape = shapes.get(table, UNKNOWN)
+        found = None if shape.key is None else _selected(items, {alias_of[table], table}, shape.key)
+        key = None if found is None or key is None else key + found
+    both_grow = all(shapes.get(t, UNKNOWN).append_only for t in (left, right)) and side == "INNER"
+    if key is None and not both_grow:
+        raise Unsupported("the join's result has no key (select the key columns of both tables) and its inputs "
+                          "may change rows, so changed rows could not be found in the result")
+    return {"kind": "join", "reason": how, "key": key, "append_only": key is None,
+            "change_query": _with_weight(tree, items, weight), "join_columns": columns}
+
+
+def output_key(plan: Plan, names: list[str]) -> tuple[str, ...] | None:
+    """The plan's key as column names, given the result's column names in select order."""
+    if plan.key is None:
+        return None
+    return tuple(names[k] if isinstance(k, int) else k for k in plan.key)
+
+
+def shapes_of(roots: list[tuple[str, tuple[str, ...]]], derived: list[tuple[str, str]]) -> dict[str, TableShape]:
+    """Shapes of a pipeline's tables (roots: name and primary key; derived: name and query,
+    in definition order), so each plan knows what its sources promise."""
+    shapes = {name: TableShape(key or None, not key) for name, key in roots}
+    for name, query in derived:
+        plan = plan_query(query, shapes)
+        names = [i.alias_or_name for i in sqlglot.parse_one(query, read="spark").expressions]
+        key = output_key(plan, names)
+        shapes[name] = TableShape(None if key is None or "" in key else key, plan.append_only)
+    return shapes
+
+
+def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
+    """The maintenance plan of a derived table, knowing the keys its sources promise."""
+    shapes = shapes_of([(t.name, t.primary_key) for t in pipeline.roots], [(t.name, t.query) for t in pipeline.derived])
+    return plan_query(table.query, shapes)
+
+
+def explain_job(pipeline: Pipeline, job: Job) -> str:
+    """How a job maintains its table, in one line (what `lockstep explain` prints)."""
+    table = pipeline.table(job.sink)
+    if isinstance(table, RootTable):
+        how = f"upsert (MERGE) by key ({', '.join(table.primary_key)})" if table.primary_key else "append"
+        return (f"root ingestion from Kafka topic {table.topic}, format {table.format}, {how}; "
+                f"one Delta commit per barrier, bad records to {table.name}__dlq")
+    return plan_for(pipeline, table).explain()

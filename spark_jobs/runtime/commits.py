@@ -1,0 +1,244 @@
+"""One Delta commit per barrier, idempotent, and the completion that announces it.
+
+Every write a job makes for barrier ``b`` carries ``txnAppId = "<job>#g<generation>"``,
+``txnVersion = b`` and ``userMetadata = {"barrier": b, "job": ..., "generation": g}``. Replaying
+the barrier after a crash is then a no-op in Delta, and the version that holds barrier ``b``
+is found again from the table history.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Producer
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from coordinator.client.clock import now_ms
+from coordinator.client.topics import Topics
+from coordinator.codec import default_codec
+from coordinator.domain import BarrierCompleted, OffsetRange, PhaseTime, SourceVersion, entity_key
+from coordinator.settings import CrashAt, Settings
+from spark_jobs.runtime.delta_log import newest_commit, parse_metadata, prepare_next_write
+from spark_jobs.runtime.faults import crash_point
+from spark_jobs.runtime.session import session_conf
+from spark_jobs.runtime.stopwatch import Stopwatch
+
+log = logging.getLogger(__name__)
+
+
+def barrier_txn(spark: SparkSession, app_id: str, barrier: int, metadata: str,
+                extra: dict[str, str] | None = None) -> AbstractContextManager[None]:
+    """Session settings that make DML (MERGE, overwrite via SQL) idempotent for one barrier."""
+    return session_conf(spark, {
+        "spark.databricks.delta.write.txnAppId": app_id,
+        "spark.databricks.delta.write.txnVersion": str(barrier),
+        "spark.databricks.delta.commitInfo.userMetadata": metadata,
+        **(extra or {}),
+    })
+
+
+# A sink checkpoints its log itself, between barriers, every CHECKPOINT_EVERY commits; Delta's
+# own checkpoint (written inside the commit that reaches its interval) would then only add time
+# to a barrier, so its interval is set out of the way.
+CHECKPOINT_EVERY = 10
+TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.checkpointInterval": "100000"}
+# A table created by its first write gets these properties from the session defaults.
+NEW_TABLE_DEFAULTS = {f"spark.databricks.delta.properties.defaults.{k.removeprefix('delta.')}": v
+                      for k, v in TABLE_PROPERTIES.items()}
+
+
+@dataclass
+class DeltaSink:
+    """A job's sink table: creation, barrier-stamped writes, and barrier -> version lookup.
+
+    With ``create_on_first_write`` (CREATE TABLE AS SELECT) nothing is created up front: the
+    first barrier's write creates the table, so its version 0 already holds that barrier's
+    rows and a job that fails before it leaves no table behind."""
+
+    spark: SparkSession
+    path: str
+    job_id: str
+    schema: str | StructType | None  # DDL ("a BIGINT, b STRING") or a Spark schema; None: from the first write
+    create_on_first_write: bool = False
+    crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
+    versions: dict[tuple[int, int], int] = field(default_factory=dict)  # (generation, barrier) -> version
+    # (generation, barrier) -> the source versions an intermediate job read for that commit
+    sources: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
+    # (generation, barrier) -> fingerprint of the query that computed that commit
+    queries: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.written = False  # whether the last ``commit`` ran its write (else Delta had it already)
+        self._upkeep = ThreadPoolExecutor(1, thread_name_prefix=f"upkeep-{self.job_id}")
+        self._upkeep_done: Future[None] | None = None
+        self._commits = 0
+        self._clear_unfinished_create()
+        self.exists = DeltaTable.isDeltaTable(self.spark, self.path)
+        if not self.exists and not self.create_on_first_write:
+            schema = self.spark.createDataFrame([], self.schema).schema
+            builder = DeltaTable.createIfNotExists(self.spark).location(self.path).addColumns(schema)
+            for key, value in TABLE_PROPERTIES.items():
+                builder = builder.property(key, value)
+            builder.execute()
+            self.exists = True
+        if self.exists:
+            self._load_history()
+
+    def _clear_unfinished_create(self) -> None:
+        """A process killed while creating the table can leave a ``_delta_log`` without any
+        commit, which Delta then refuses to create a table in. Nothing was committed, so it goes."""
+        log = Path(self.path) / "_delta_log"
+        if log.is_dir() and not any(log.glob("*.json")) and not any(log.glob("*.checkpoint*.parquet")):
+            shutil.rmtree(log)
+
+    def _load_history(self) -> None:
+        for row in DeltaTable.forPath(self.spark, self.path).history().select("version", "userMetadata").collect():
+            meta = parse_metadata(row["userMetadata"])
+            if meta.get("job") == self.job_id:
+                at = (int(meta["generation"]), int(meta["barrier"]))
+                self.versions[at] = int(row["version"])
+                if "sources" in meta:
+                    self.sources[at] = {str(k): int(v) for k, v in meta["sources"].items()}
+                if "query" in meta:
+                    self.queries[at] = str(meta["query"])
+
+    def last_commit(self, generation: int, before: int) -> tuple[int, int] | None:
+        """(barrier, version) of this generation's newest commit for a barrier before ``before``."""
+        done = [(b, v) for (g, b), v in self.versions.items() if g == generation and b < before]
+        return max(done, default=None)
+
+    def app_id(self, generation: int) -> str:
+        return f"{self.job_id}#g{generation}"
+
+    def metadata(self, barrier: int, generation: int, sources: dict[str, int] | None = None,
+                 query: str | None = None) -> str:
+        meta: dict[str, object] = {"barrier": barrier, "job": self.job_id, "generation": generation}
+        if sources is not None:
+            meta["sources"] = sources
+        if query is not None:
+            meta["query"] = query
+        return json.dumps(meta)
+
+    def version_at(self, barrier: int, generation: int) -> int:
+        """The version holding ``barrier`` when this job made no commit for it: its newest
+        commit for an earlier barrier, or the table's first version."""
+        earlier = [v for (g, b), v in self.versions.items() if b <= barrier and g <= generation]
+        return max(earlier, default=0)
+
+    def restore(self, barrier: int, generation: int, version: int | None) -> None:
+        """Make the table what it was at ``version`` (None: empty) as ``generation``'s state at
+        ``barrier``: where a revised root job starts over. Once per generation: a commit of the
+        generation (this restore included) means it was done."""
+        if any(g == generation for g, _ in self.versions) or not self.exists:
+            return
+        where = f"delta.`{self.path}`"
+        with barrier_txn(self.spark, self.app_id(generation), barrier, self.metadata(barrier, generation)):
+            self.spark.sql(f"DELETE FROM {where}" if version is None else f"RESTORE TABLE {where} TO VERSION AS OF {version}")
+        self._load_history()
+
+    def commit(self, barrier: int, generation: int, write: Callable[[], None],
+               sources: dict[str, int] | None = None, query: str | None = None,
+               watch: Stopwatch | None = None) -> int:
+        """Run ``write`` under the barrier's txn; return the version that holds the barrier.
+        ``sources`` (an intermediate job's source versions) and ``query`` (a fingerprint of its
+        query) are kept in the commit's metadata, so a restarted job knows what its table reflects.
+        ``watch`` times the phases: upkeep (waiting for the last one), write, lookup."""
+        self.written = False
+        known = self.versions.get((generation, barrier))
+        if known is not None:
+            return known  # committed before a crash: Delta would skip the write anyway
+        crash_point("before_commit", self.crash_at)
+        watch = watch or Stopwatch()
+        with watch.phase("upkeep"):
+            self._finish_upkeep()
+        with watch.phase("write"), barrier_txn(self.spark, self.app_id(generation), barrier,
+                                               self.metadata(barrier, generation, sources, query),
+                                               None if self.exists else NEW_TABLE_DEFAULTS):
+            write()
+        self.exists = True
+        with watch.phase("lookup"):
+            version, meta = newest_commit(self.spark, self.path)
+        if (meta.get("job"), meta.get("barrier"), meta.get("generation")) == (self.job_id, barrier, generation):
+            self.written = True
+            self._commits += 1
+            self._upkeep_done = self._upkeep.submit(prepare_next_write, self.spark, self.path,
+                                                    self._commits % CHECKPOINT_EVERY == 0)
+            self.versions[(generation, barrier)] = version
+            if sources is not None:
+                self.sources[(generation, barrier)] = dict(sources)
+            if query is not None:
+                self.queries[(generation, barrier)] = query
+            return version
+        self._load_history()  # the write was a no-op: find the version of the earlier commit
+        return self.versions.get((generation, barrier), self.version_at(barrier, generation))
+
+    def _finish_upkeep(self) -> None:
+        """Wait for the upkeep after the last commit (so this write finds its work done); a
+        failed upkeep only costs time: the write does that work itself then."""
+        if self._upkeep_done is None:
+            return
+        try:
+            self._upkeep_done.result()
+        except Exception as exc:  # noqa: BLE001 - upkeep is an optimisation; the write is what counts
+            log.warning("upkeep of %s after its last commit failed (the next write redoes it): %s", self.path, exc)
+        self._upkeep_done = None
+
+
+def merge_by_key(spark: SparkSession, path: str, rows: DataFrame, key: Sequence[str], columns: Sequence[str],
+                 delete_flag: str | None = None, null_safe: bool = False) -> None:
+    """Upsert ``rows`` into the Delta table at ``path`` by ``key``; rows whose boolean column
+    ``delete_flag`` is true delete their key instead. ``null_safe`` matches NULL keys too."""
+    equal = "<=>" if null_safe else "="
+    values = {f"`{c}`": f"s.`{c}`" for c in columns}
+    merge = DeltaTable.forPath(spark, path).alias("t").merge(
+        rows.alias("s"), " AND ".join(f"t.`{k}` {equal} s.`{k}`" for k in key))
+    if delete_flag is None:
+        merge = merge.whenMatchedUpdate(set=values).whenNotMatchedInsert(values=values)
+    else:
+        merge = (merge.whenMatchedDelete(condition=f"s.`{delete_flag}`").whenMatchedUpdate(set=values)
+                 .whenNotMatchedInsert(condition=f"NOT s.`{delete_flag}`", values=values))
+    merge.execute()
+
+
+class CompletionPublisher:
+    """Publishes BarrierCompleted facts (after the Delta commit, never before)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.topic = Topics(settings.topic_prefix).completions
+        self.crash_at = settings.crash_at
+        self.codec = default_codec(settings.schemas)
+        self.producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "linger.ms": 0}))
+
+    def publish(
+        self,
+        job_id: str,
+        table: str,
+        barrier: int,
+        generation: int,
+        version: int,
+        started_at_ms: int,
+        rows: tuple[int, int, int] = (0, 0, 0),
+        source_versions: dict[str, int] | None = None,
+        offsets: Sequence[OffsetRange] = (),
+        phases: Sequence[PhaseTime] = (),
+    ) -> BarrierCompleted:
+        crash_point("before_completion", self.crash_at)
+        fact = BarrierCompleted(
+            job_id, table, barrier, generation, version, rows[0], rows[1], rows[2],
+            tuple(SourceVersion(t, v) for t, v in sorted((source_versions or {}).items())),
+            tuple(offsets),
+            started_at_ms, now_ms(), tuple(phases),
+        )
+        self.producer.produce(self.topic, key=entity_key(fact).encode(), value=self.codec.encode(fact))
+        if self.producer.flush(30) != 0:
+            raise RuntimeError(f"could not publish the completion of {table}@{barrier} to {self.topic}")
+        return fact

@@ -1,0 +1,144 @@
+"""Root ingestion: barrier ``b`` reads exactly ``[cut(b-1), cut(b))`` of the table's topic.
+
+Records are decoded by the table's format (``spark_jobs.runtime.formats``). Records that cannot be
+decoded or do not fit the table go to ``<table>__dlq`` with the raw bytes, topic, partition,
+offset and the reason; they are counted in the completion, never dropped. Append-only tables
+append; tables with a primary key MERGE (upserts and deletes), the last change per key inside
+the barrier winning: the newest offset within a partition, and across partitions (a key that
+moved) the newest record timestamp.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, Observation, SparkSession, Window
+from pyspark.sql import functions as F
+
+from coordinator.client.clock import now_ms
+from coordinator.domain.work import EMPTY, BarrierWork
+from coordinator.settings import CrashAt
+from spark_jobs.planning.pipeline import RootTable
+from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_key
+from spark_jobs.runtime.formats import check_avro_schema, decode, reason
+from spark_jobs.runtime.stopwatch import Stopwatch
+
+DLQ_SCHEMA = "raw_key BINARY, raw_value BINARY, topic STRING, `partition` INT, `offset` BIGINT, error STRING, barrier BIGINT"
+
+
+@dataclass
+class RootIngestion:
+    spark: SparkSession
+    table: RootTable
+    job_id: str
+    warehouse: Path
+    publisher: CompletionPublisher
+    bootstrap: str
+    crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
+
+    def __post_init__(self) -> None:
+        if self.table.format == "avro":
+            check_avro_schema(self.table)
+        self.sink = DeltaSink(self.spark, str(self.warehouse / self.table.name), self.job_id, self.table.schema_ddl,
+                              crash_at=self.crash_at)
+        self.dlq = DeltaSink(self.spark, str(self.warehouse / f"{self.table.name}__dlq"), f"{self.job_id}__dlq", DLQ_SCHEMA,
+                             crash_at=self.crash_at)
+
+    def read_range(self, work: BarrierWork) -> DataFrame | None:
+        ranges = [r for r in work.offsets if r.end > max(r.start, 0)]
+        if not ranges:
+            return None
+        topic = self.table.topic
+        starting = {topic: {str(r.partition): r.start for r in ranges}}
+        ending = {topic: {str(r.partition): r.end for r in ranges}}
+        return (
+            self.spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("assign", json.dumps({topic: sorted(r.partition for r in ranges)}))  # only partitions with data
+            .option("startingOffsets", json.dumps(starting))
+            .option("endingOffsets", json.dumps(ending))
+            .option("failOnDataLoss", "true")
+            .load()
+        )
+
+    def process(self, work: BarrierWork) -> None:
+        started = now_ms()
+        watch = Stopwatch()
+        if work.restore_to is not None:
+            with watch.phase("restore"):
+                self._restore(work)
+        with watch.phase("plan"):
+            raw = self.read_range(work)
+        counts = (0, 0, 0)
+        version = None
+        if raw is not None:
+            version, counts = self._ingest(raw, work, watch)
+        if version is None:
+            version = self.sink.version_at(work.barrier, work.generation)
+        self.publisher.publish(self.job_id, self.table.name, work.barrier, work.generation, version, started,
+                               counts, offsets=work.offsets, phases=watch.phases())
+
+    def _restore(self, work: BarrierWork) -> None:
+        """Revised: put the table back to its exact point at the revision's barrier (and the dead
+        letters to their newest commit at or before it), so re-ingesting from there adds no copies."""
+        assert work.restore_to is not None
+        barrier, version = work.restore_to
+        self.sink.restore(barrier, work.generation, None if version == EMPTY else version)
+        dead = max((v for (g, b), v in self.dlq.versions.items() if b <= barrier and g < work.generation), default=None)
+        self.dlq.restore(barrier, work.generation, None if version == EMPTY else dead)
+
+    def _ingest(self, raw: DataFrame, work: BarrierWork, watch: Stopwatch) -> tuple[int | None, tuple[int, int, int]]:
+        """One Spark job decodes the barrier's records and writes the good ones; the counts the
+        completion carries are observed on the way. The raw bytes of rejected records (rare)
+        are read again for the dead letters."""
+        with watch.phase("plan"):
+            rows, decoded, observation = self._decoded(raw, work)
+        version = self.sink.commit(work.barrier, work.generation, lambda: self._write(rows), watch=watch)
+        if self.sink.written:
+            totals = observation.get
+        else:  # committed before a restart: the write did not run, so count again (rare)
+            totals = decoded.agg(F.count(F.lit(1)).alias("rows"), F.sum(F.col("is_bad").cast("int")).alias("bad")).first()
+        rows_in, rejected = int(totals["rows"]), int(totals["bad"] or 0)
+        if rejected:
+            with watch.phase("dead_letters"):
+                bad = decode(raw, self.table).where("is_bad").select("key", "value", "topic", "partition", "offset")
+                self._dead_letters(bad.collect(), work)
+        return version, (rows_in, rows_in - rejected, rejected)
+
+    def _decoded(self, raw: DataFrame, work: BarrierWork) -> tuple[DataFrame, DataFrame, Observation]:
+        """The rows to write (the last change per key for a keyed table), the decoded records,
+        and the observation that counts them (and the rejected ones) during the write."""
+        observation = Observation(f"ingest_{self.job_id}_{work.generation}_{work.barrier}_{uuid.uuid4().hex[:6]}")
+        decoded = decode(raw, self.table).observe(
+            observation, F.count(F.lit(1)).alias("rows"), F.sum(F.col("is_bad").cast("int")).alias("bad"))
+        good = decoded.where(~F.col("is_bad"))
+        if self.table.primary_key:
+            keys = [F.col(f"row.{k}") for k in self.table.primary_key]
+            newest_in_partition = Window.partitionBy(*keys, "partition").orderBy(F.col("offset").desc())
+            newest = Window.partitionBy(*keys).orderBy(F.col("timestamp").desc(), F.col("partition").desc())
+            # one shuffle by key serves both windows (hash(key) also clusters (key, partition))
+            good = (good.repartition(*keys)
+                    .withColumn("_rank", F.row_number().over(newest_in_partition)).where("_rank = 1")
+                    .withColumn("_rank", F.row_number().over(newest)).where("_rank = 1"))
+        return good.select("row.*", "is_delete"), decoded, observation
+
+    def _write(self, rows: DataFrame) -> None:
+        columns = [c.name for c in self.table.columns]
+        if not self.table.primary_key:
+            rows.select(*columns).write.format("delta").mode("append").save(self.sink.path)
+            return
+        delete_flag = "is_delete" if self.table.format == "debezium-json" else None  # the only format with deletes
+        merge_by_key(self.spark, self.sink.path, rows, self.table.primary_key, columns, delete_flag)
+
+    def _dead_letters(self, bad_rows: list[Any], work: BarrierWork) -> None:
+        records = [
+            (r["key"], r["value"], r["topic"], r["partition"], r["offset"], reason(self.table, r["key"], r["value"]),
+             work.barrier)
+            for r in bad_rows
+        ]
+        frame = self.spark.createDataFrame(records, DLQ_SCHEMA)
+        self.dlq.commit(work.barrier, work.generation, lambda: frame.write.format("delta").mode("append").save(self.dlq.path))

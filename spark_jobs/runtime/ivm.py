@@ -1,0 +1,373 @@
+"""Maintaining intermediate tables at each barrier, incrementally where the plan allows.
+
+For barrier ``b`` the job knows the source versions it reflected last (``base``) and the
+sources' exact points at ``b``. It turns the sources' changes between the two into **change
+rows with a weight** (+n inserted, -n retracted):
+
+* one source: the Delta change data feed between the versions, run through the query's
+  FROM/WHERE/select list;
+* a join: only the rows whose join key changed, computed from both sides' snapshots at the
+  old versions (weight -1) and the new ones (+1); the rest of each side is never copied.
+
+Equal rows with opposite weights cancel. The rest is applied to the sink in one MERGE per
+barrier: by key (projection, join), appended (append-only inputs), or folded into the groups
+of an aggregate (SUM/COUNT/AVG by arithmetic on kept bookkeeping columns; MIN/MAX and
+COUNT(DISTINCT) recompute just the groups that need it). Queries outside these shapes are
+recomputed from the snapshots at ``b`` (full refresh). The first barrier a job processes is
+always computed from the snapshots.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from coordinator.client.clock import now_ms
+from coordinator.domain.work import BarrierWork
+from coordinator.settings import CrashAt
+from spark_jobs.planning.pipeline import DerivedTable
+from spark_jobs.planning.plans import HIDDEN, ROWS, WEIGHT, Plan, output_key
+from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_key
+from spark_jobs.runtime.delta_log import read_version, table_bytes
+from spark_jobs.runtime.stopwatch import Stopwatch
+
+DELETE = f"{HIDDEN}delete"
+REWRITE_LIMIT_BYTES = 64 << 20
+CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+def _same(left: DataFrame, right: DataFrame, pairs: list[tuple[str, str]]) -> Column:
+    """Null-safe equality of column pairs: GROUP BY and join keys may be NULL."""
+    return functools.reduce(lambda a, b: a & b, [left[x].eqNullSafe(right[y]) for x, y in pairs])
+
+
+@dataclass
+class TableMaintainer:
+    """Runs one derived table's job: ``process(work)`` for every barrier, in order."""
+
+    spark: SparkSession
+    table: DerivedTable
+    plan: Plan
+    job_id: str
+    warehouse: Path
+    publisher: CompletionPublisher
+    # A table up to this size is rewritten whole at each barrier (one Spark job); a larger one
+    # gets a MERGE of the changed rows (which reads and rewrites only the files they touch).
+    rewrite_limit_bytes: int = REWRITE_LIMIT_BYTES
+    crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
+
+    def __post_init__(self) -> None:
+        # The table is created by its first barrier's write (CREATE TABLE AS SELECT is atomic).
+        self.sink = DeltaSink(self.spark, self._path(self.table.name), self.job_id, None, create_on_first_write=True,
+                              crash_at=self.crash_at)
+        self.schema: StructType | None = None
+        if self.sink.exists:
+            self.schema = self.spark.read.format("delta").load(self.sink.path).schema
+        # generation, the source versions reflected, and the sink version
+        self.base: tuple[int, dict[str, int], int] | None = None
+        self.query_id = hashlib.sha256(self.table.query.encode()).hexdigest()[:16]
+        self._cached: list[DataFrame] = []
+        self.watch = Stopwatch()  # the phases of the barrier in progress
+
+    # -- reading sources ------------------------------------------------------------------------
+
+    def _path(self, table: str) -> str:
+        return str(self.warehouse / table)
+
+    def snapshot(self, table: str, version: int) -> DataFrame:
+        return read_version(self.spark, self._path(table), version)
+
+    def changes(self, table: str, old: int, new: int) -> DataFrame:
+        """Rows of ``table`` changed in versions ``(old, new]`` with a weight of +1 or -1."""
+        feed = (self.spark.read.format("delta").option("readChangeFeed", "true")
+                .option("startingVersion", old + 1).option("endingVersion", new).load(self._path(table)))
+        sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
+        return feed.withColumn(WEIGHT, sign).drop(*CDF_COLUMNS)
+
+    def _bind_snapshots(self, work: BarrierWork) -> None:
+        """Bind each source to its exact-point version for the barrier."""
+        self._bind({s: self.snapshot(s, v) for s, v in work.source_versions.items()})
+
+    def _bind(self, frames: dict[str, DataFrame]) -> None:
+        """Name each source in this job's own session (temp views), for the query to read."""
+        for name, frame in frames.items():
+            frame.createOrReplaceTempView(name)
+
+    # -- the barrier loop -----------------------------------------------------------------------
+
+    def process(self, work: BarrierWork) -> None:
+        started = now_ms()
+        self.watch = Stopwatch()
+        sources = dict(work.source_versions)
+        done = self.sink.versions.get((work.generation, work.barrier))
+        counts = (0, 0, 0)
+        if done is not None:  # committed before a restart: only the completion may be missing
+            version = done
+        else:
+            base = self._base(work)
+            if base is not None and base[0] == sources:
+                version = base[1]  # no source changed: same version as the barrier before
+            elif base is None or not self.plan.incremental:
+                version, counts = self._recompute(work)
+            else:
+                version, counts = self._apply(work, base)
+        self.base = (work.generation, sources, version)
+        self.publisher.publish(self.job_id, self.table.name, work.barrier, work.generation, version, started,
+                               counts, source_versions=sources, phases=self.watch.phases())
+
+    def _base(self, work: BarrierWork) -> tuple[dict[str, int], int] | None:
+        """What the table reflects before ``work``: None (recompute) in a new generation (a
+        revision) or when the job's query changed since the table's last commit."""
+        if self.base is not None and self.base[0] == work.generation:
+            return self.base[1], self.base[2]
+        last = self.sink.last_commit(work.generation, work.barrier)
+        if last is None or self.sink.queries.get((work.generation, last[0]), self.query_id) != self.query_id:
+            return None
+        sources = self.sink.sources.get((work.generation, last[0]))
+        return None if sources is None else (sources, last[1])
+
+    def _recompute(self, work: BarrierWork) -> tuple[int, tuple[int, int, int]]:
+        """Compute the whole table from the sources' snapshots at the barrier and overwrite it
+        (one Spark job; its rows are counted on the way)."""
+        with self.watch.phase("plan"):
+            self._bind_snapshots(work)
+            result = self.spark.sql(self.plan.full_query or self.plan.query)
+            self.schema = result.schema
+            observation = self._observation(work)
+            counted = result.observe(observation, F.count(F.lit(1)).alias("rows"))
+        path = self.sink.path
+        version = self.sink.commit(
+            work.barrier, work.generation,
+            lambda: counted.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path),
+            work.source_versions, self.query_id, self.watch,
+        )
+        rows = int(observation.get["rows"]) if self.sink.written else 0
+        return version, (rows, rows, 0)
+
+    def _observation(self, work: BarrierWork) -> Observation:
+        return Observation(f"{self.job_id}_{work.generation}_{work.barrier}_{uuid.uuid4().hex[:6]}")
+
+    def _apply(self, work: BarrierWork, base: tuple[dict[str, int], int]) -> tuple[int, tuple[int, int, int]]:
+        """Turn the sources' changes into weighted change rows and apply them: a small table is
+        rewritten whole in one Spark job (old rows with the changes folded in); a large one gets
+        a MERGE of just the changed rows."""
+        old_versions, old_sink = base
+        path = self.sink.path
+        try:
+            with self.watch.phase("plan"):
+                rows = self._change_rows(old_versions, work.source_versions)
+                if self.plan.inserts_only:
+                    net = rows  # nothing is ever retracted: every change row is an insert (weight +1)
+                else:
+                    value_columns = [c for c in rows.columns if c != WEIGHT]
+                    net = rows.groupBy(*value_columns).agg(F.sum(WEIGHT).alias(WEIGHT)).where(F.col(WEIGHT) != 0)
+                observation = self._observation(work)
+                if self.plan.key is None:  # an append-only result: add the new rows
+                    added = self._appended(net).observe(observation, F.count(F.lit(1)).alias("changed"))
+                    write = lambda: added.write.format("delta").mode("append").save(path)  # noqa: E731
+                elif table_bytes(self.spark, path) <= self.rewrite_limit_bytes:
+                    whole = self._rewritten(net, old_sink, work, observation)
+                    write = lambda: whole.write.format("delta").mode("overwrite").save(path)  # noqa: E731
+                else:
+                    write = None
+            if write is None:
+                return self._merged(net, old_sink, work)
+            version = self.sink.commit(work.barrier, work.generation, write, work.source_versions, self.query_id,
+                                       self.watch)
+            changed = int(observation.get["changed"]) if self.sink.written else 0
+            return version, (changed, changed, 0)
+        finally:
+            for frame in self._cached:
+                frame.unpersist()
+            self._cached.clear()
+
+    def _merged(self, net: DataFrame, old_sink: int, work: BarrierWork) -> tuple[int, tuple[int, int, int]]:
+        """MERGE the changed rows (upserts and deletes by key) into a large table."""
+        if self.plan.aggregates:
+            new = self._keep(self._group_values(net, old_sink, whole=False))
+            rows = self._redo(new.where(F.col(ROWS) > 0), work).drop("_changed").withColumn(DELETE, F.lit(False))
+            changes = rows.unionByName(self._deletes(new.where(F.col(ROWS) <= 0), self._key()))
+        else:
+            changes = self._by_key(net)
+        changes = self._keep(changes)
+        with self.watch.phase("changes"):
+            changed = changes.count()  # computes the change once; the MERGE reads it from the cache
+        if not changed:
+            return old_sink, (0, 0, 0)
+        version = self.sink.commit(
+            work.barrier, work.generation,
+            lambda: merge_by_key(self.spark, self.sink.path, changes, self._key(), self._columns(), DELETE, null_safe=True),
+            work.source_versions, self.query_id, self.watch)
+        return version, (changed, changed, 0)
+
+    def _keep(self, frame: DataFrame) -> DataFrame:
+        """Cache a frame used more than once in this barrier; released when the barrier is done."""
+        self._cached.append(frame.cache())
+        return frame
+
+    # -- change rows ----------------------------------------------------------------------------
+
+    def _change_rows(self, old: dict[str, int], new: dict[str, int]) -> DataFrame:
+        if not self.plan.join_columns:
+            (source,) = self.plan.sources
+            self._bind({source: self.changes(source, old[source], new[source])})
+            return self.spark.sql(self.plan.change_query)
+        left, right = self.plan.join_columns  # FROM table first
+        keys = [f"{HIDDEN}k{i}" for i in range(len(self.plan.join_columns[left]))]
+        pairs = {t: list(zip(self.plan.join_columns[t], keys, strict=True)) for t in (left, right)}
+        touched = [self.changes(t, old[t], new[t]).select(*[F.col(c).alias(k) for c, k in pairs[t]])
+                   for t in (left, right) if old[t] != new[t]]
+        changed_keys = F.broadcast(functools.reduce(DataFrame.unionByName, touched).distinct())
+
+        def side(table: str, version: int, weight: int) -> DataFrame:
+            frame = self.snapshot(table, version)
+            near = frame.join(changed_keys, _same(frame, changed_keys, pairs[table]), "left_semi")
+            return near.withColumn(WEIGHT, F.lit(weight))
+
+        self._bind({left: side(left, old[left], -1), right: side(right, old[right], 1)})
+        before = self.spark.sql(self.plan.change_query)
+        self._bind({left: side(left, new[left], 1), right: side(right, new[right], 1)})
+        after = self.spark.sql(self.plan.change_query)
+        return before.unionByName(after)
+
+    # -- applying them ---------------------------------------------------------------------------
+
+    def _columns(self) -> list[str]:
+        assert self.schema is not None
+        return [f.name for f in self.schema.fields]
+
+    def _deletes(self, keys: DataFrame, key: list[str]) -> DataFrame:
+        """Merge rows that delete ``keys``: the key, typed NULLs elsewhere, and the delete flag."""
+        assert self.schema is not None
+        return keys.select(*[F.col(f.name) if f.name in key else F.lit(None).cast(f.dataType).alias(f.name)
+                             for f in self.schema.fields]).withColumn(DELETE, F.lit(True))
+
+    def _key(self) -> list[str]:
+        key = output_key(self.plan, [c for c in self._columns() if not c.startswith(HIDDEN)])
+        assert key is not None
+        return list(key)
+
+    def _appended(self, net: DataFrame) -> DataFrame:
+        """An append-only result's new rows: each change row as often as its weight. Its inputs
+        only grow, so a retraction means a source broke that promise: the write fails then."""
+        if self.plan.inserts_only:
+            return net.select(*self._columns())
+        message = f"{self.table.name}: an append-only source retracted rows; run with a primary key"
+        grown = net.where(F.assert_true(F.col(WEIGHT) > 0, message).isNull())
+        return grown.withColumn("_n", F.explode(F.array_repeat(F.lit(1), F.col(WEIGHT).cast("int")))).select(*self._columns())
+
+    def _upserts_and_gone(self, net: DataFrame) -> tuple[DataFrame, DataFrame]:
+        """Projection and join rows by key: the rows with positive weight win; keys with only a
+        retraction are gone."""
+        key = self._key()
+        upserts = net.where(F.col(WEIGHT) > 0).select(*self._columns())
+        gone = net.where(F.col(WEIGHT) < 0).select(*key).distinct()
+        return upserts, gone.join(upserts, _same(gone, upserts, [(k, k) for k in key]), "left_anti")
+
+    def _by_key(self, net: DataFrame) -> DataFrame:
+        """MERGE rows of a projection or join: upserts, and deletes of the keys that are gone."""
+        upserts, gone = self._upserts_and_gone(net)
+        return upserts.withColumn(DELETE, F.lit(False)).unionByName(self._deletes(gone, self._key()))
+
+    def _rewritten(self, net: DataFrame, old_sink: int, work: BarrierWork, observation: Observation) -> DataFrame:
+        """The whole new table: the rows at ``old_sink`` with the changes applied. ``observation``
+        counts the changed rows."""
+        if self.plan.aggregates:
+            new = self._group_values(net, old_sink, whole=True)
+            result = self._redo(new.where(F.col(ROWS) > 0), work)
+        else:
+            key = self._key()
+            upserts, gone = self._upserts_and_gone(net)
+            touched = upserts.select(*key).unionByName(gone)
+            old = read_version(self.spark, self.sink.path, old_sink)
+            kept = old.join(touched, _same(old, touched, [(k, k) for k in key]), "left_anti")
+            result = kept.withColumn("_changed", F.lit(False)).unionByName(upserts.withColumn("_changed", F.lit(True)))
+        return result.observe(observation, F.sum(F.col("_changed").cast("long")).alias("changed")).drop("_changed")
+
+    def _group_values(self, net: DataFrame, old_sink: int, whole: bool) -> DataFrame:
+        """Aggregate values after the change: arithmetic on SUM/COUNT/AVG and on MIN/MAX that did
+        not lose their extreme value. ``whole``: every group of the table, else only the changed
+        ones. Columns ``_changed`` and ``_recompute`` (a MIN/MAX lost its extreme value, or a
+        COUNT(DISTINCT) changed) say which groups ``_redo`` recomputes."""
+        columns = self._columns()
+        visible = [c for c in columns if not c.startswith(HIDDEN)]
+        key = self._key()  # the GROUP BY columns
+        groups = [f"{HIDDEN}g{i}" for i in range(len(key))]
+        weight = F.col(WEIGHT)
+        deltas = [F.sum(weight).alias("d_rows")]
+        for i, agg in enumerate(self.plan.aggregates):
+            arg = F.col(f"{HIDDEN}a{i}")
+            if agg.func in ("sum", "avg", "count"):
+                deltas.append(F.sum(F.when(arg.isNotNull(), weight).otherwise(0)).alias(f"d_nn{i}"))
+            if agg.func in ("sum", "avg"):
+                deltas.append(F.sum(arg * weight).alias(f"d_sum{i}"))
+            elif agg.func in ("min", "max"):
+                pick = F.min if agg.func == "min" else F.max
+                deltas += [pick(F.when(weight > 0, arg)).alias(f"ins{i}"), pick(F.when(weight < 0, arg)).alias(f"ret{i}")]
+        delta = net.groupBy(*groups).agg(*deltas)
+        old = read_version(self.spark, self.sink.path, old_sink)
+        old = old.select(*[F.col(c).alias(f"o_{c}") for c in columns])
+        on = _same(delta, old, [(g, f"o_{k}") for g, k in zip(groups, key, strict=True)])
+        joined = delta.join(old, on, "full_outer" if whole else "left")
+
+        def d(name: str) -> Column:  # a group the barrier did not touch has no delta: 0
+            return F.coalesce(F.col(name), F.lit(0))
+
+        rows = F.coalesce(F.col(f"o_{ROWS}"), F.lit(0)) + d("d_rows")
+        values: dict[str, Column] = {k: F.coalesce(F.col(g), F.col(f"o_{k}")) if whole else F.col(g)
+                                     for k, g in zip(key, groups, strict=True)}
+        values[ROWS] = rows
+        recompute: Column = F.lit(False)
+        for i, agg in enumerate(self.plan.aggregates):
+            name = visible[agg.position]
+            old_value = F.col(f"o_{name}")
+            if agg.func in ("sum", "avg", "count"):
+                nn = F.coalesce(F.col(f"o_{HIDDEN}nn{i}"), F.lit(0)) + d(f"d_nn{i}")
+                if agg.func == "count":
+                    values[name] = F.coalesce(old_value, F.lit(0)) + d(f"d_nn{i}")
+                    continue
+                values[f"{HIDDEN}nn{i}"] = nn
+                if agg.func == "sum":
+                    values[name] = F.when(nn > 0, F.coalesce(old_value, F.lit(0)) + d(f"d_sum{i}"))
+                else:
+                    total = F.coalesce(F.col(f"o_{HIDDEN}sum{i}"), F.lit(0)) + d(f"d_sum{i}")
+                    values[f"{HIDDEN}sum{i}"] = F.when(nn > 0, total)
+                    values[name] = F.when(nn > 0, total / nn)
+            elif agg.func == "count_star":
+                values[name] = rows
+            elif agg.func in ("min", "max"):
+                lost = F.col(f"ret{i}") <= old_value if agg.func == "min" else F.col(f"ret{i}") >= old_value
+                recompute = recompute | (F.col(f"ret{i}").isNotNull() & old_value.isNotNull() & lost)
+                values[name] = (F.least if agg.func == "min" else F.greatest)(old_value, F.col(f"ins{i}"))
+            else:  # count_distinct: recomputed by _redo
+                recompute = F.lit(True)
+                values[name] = old_value
+        changed = F.col("d_rows").isNotNull()
+        assert self.schema is not None
+        types = {f.name: f.dataType for f in self.schema.fields}
+        return joined.select(*[values[c].cast(types[c]).alias(c) for c in columns],
+                             (changed & recompute).alias("_recompute"), changed.alias("_changed"))
+
+    def _redo(self, kept: DataFrame, work: BarrierWork) -> DataFrame:
+        """``kept`` groups, with those marked ``_recompute`` computed again from the sources'
+        snapshots at the barrier (only when MIN/MAX/COUNT(DISTINCT) may need it)."""
+        columns = [*self._columns(), "_changed"]
+        if self.plan.inserts_only or not any(a.func in ("min", "max", "count_distinct") for a in self.plan.aggregates):
+            return kept.select(*columns)  # no extreme value can be lost and nothing is distinct-counted
+        kept = self._keep(kept)
+        key = self._key()
+        redo = kept.where(F.col("_recompute")).select(*key)
+        if not redo.limit(1).count():
+            return kept.select(*columns)
+        self._bind_snapshots(work)
+        fresh = self.spark.sql(self.plan.full_query)
+        fresh = fresh.join(F.broadcast(redo), _same(fresh, redo, [(k, k) for k in key]), "left_semi")
+        return kept.where(~F.col("_recompute")).select(*columns).unionByName(
+            fresh.select(*self._columns()).withColumn("_changed", F.lit(True)))

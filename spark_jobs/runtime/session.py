@@ -1,0 +1,127 @@
+"""Build the SparkSession every Lockstep job and test uses.
+
+Delta's SQL extension and catalog are on, the Delta/Kafka/Avro jars come from the local
+cache that ``scripts/setup`` fills (``spark.jars``: nothing is downloaded at start), and the
+defaults suit a 2-core machine. On a cluster, pass ``master`` and ``conf`` (or set
+``LOCKSTEP_SPARK_MASTER``) and ship the same jars with spark-submit.
+
+Example::
+
+    from spark_jobs.runtime.session import build_session
+    spark = build_session("my-job")
+    spark.range(3).write.format("delta").save("/tmp/t")
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from coordinator.domain.errors import NotStarted
+from coordinator.settings import Settings
+
+# Small-machine defaults; every key can be overridden through ``conf``.
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    # Servers bind to loopback only on a developer machine.
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "2g",
+    # Stopping a query while its foreachBatch runs makes Spark match a regex against the whole
+    # Python traceback (StreamExecution.isInterruptionException); with 1 MB thread stacks that
+    # overflows and prints thousands of lines. Deeper stacks let the stop end cleanly.
+    "spark.driver.extraJavaOptions": "-Xss32m",
+    "spark.sql.session.timeZone": "UTC",
+    # A barrier's work is small and latency-bound: every Spark job costs scheduling and planning
+    # on the driver. Adaptive execution splits each shuffle into a job of its own (a Delta
+    # snapshot's state took 3 jobs instead of 1), and one partition holds a small table's log.
+    "spark.sql.adaptive.enabled": "false",
+    "spark.databricks.delta.snapshotPartitions": "1",
+    "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
+    # Jobs sharing an application take turns task by task (each job has its own pool, set by
+    # the runner), instead of first come, first served: under FIFO an aggregate's barrier of a
+    # few small tasks waited for all the root job's tasks of the next barrier.
+    "spark.scheduler.mode": "FAIR",
+}
+
+# Loggers whose warnings say nothing a Lockstep user can act on: a barrier's micro-batch
+# taking longer than the query's trigger interval is normal (the trigger only asks for barriers),
+# and each job's scheduler pool is made on first use, with the defaults, on purpose.
+QUIET_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+                 "org.apache.spark.scheduler.FairSchedulableBuilder")
+
+
+class SparkSetupError(NotStarted):
+    """Spark cannot start as configured; the message says how to fix it."""
+
+
+def spark_jars(settings: Settings) -> list[Path]:
+    """The cached extra jars (Delta, Kafka, Avro), or a clear error if setup has not run."""
+    folder = settings.jars / "spark"
+    jars = sorted(folder.glob("*.jar"))
+    if not any(j.name.startswith("delta-spark_") for j in jars):
+        raise SparkSetupError(
+            f"no Delta jars in {folder.absolute()}. Run scripts/setup from the repository root, "
+            "or set LOCKSTEP_JARS to the folder that holds spark/."
+        )
+    return jars
+
+
+def build_session(
+    app_name: str = "lockstep",
+    *,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    settings: Settings | None = None,
+) -> SparkSession:
+    """Get or create the SparkSession with Delta, the cached jars and small-machine defaults."""
+    settings = settings or Settings.from_env()
+    # Python workers (UDFs, Python data sources) must run the interpreter that has our deps.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master or settings.spark_master)
+        .config("spark.jars", ",".join(str(j.absolute()) for j in spark_jars(settings)))
+        .config("spark.sql.warehouse.dir", str(settings.warehouse.absolute()))
+    )
+    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(settings.spark_log_level or "WARN")
+    _quiet(spark, QUIET_LOGGERS)
+    return spark
+
+
+def _quiet(spark: SparkSession, loggers: tuple[str, ...]) -> None:
+    """Only errors from ``loggers`` (log4j2, through the JVM)."""
+    log4j = spark._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
+    for name in loggers:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)
+
+
+@contextmanager
+def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Set SQL confs of ``spark`` for the block, then put back what was there (or unset)."""
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

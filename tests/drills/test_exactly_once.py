@@ -1,0 +1,152 @@
+"""Exactly once under kill -9: the job process dies before commits, between a commit and its
+completion, and at random moments, while a producer keeps writing. After every restart the
+tables must hold each record exactly once: per key, sequence numbers 1..n with no gap and no
+duplicate, and the aggregate downstream agrees."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from coordinator.settings import Settings
+from tests.support import ROOT
+from tests.support.barriers import at, wait_for_barrier
+
+# six job starts; 1 s barriers (the default): fewer barriers to catch up on after each kill
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.barrier_interval_ms(1000)]
+
+PIPELINE = """
+CREATE TABLE events (k BIGINT, seq BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
+CREATE TABLE per_key AS SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) AS total FROM events GROUP BY k;
+"""
+KEYS = 7
+# Where each run dies: self-inflicted SIGKILL at a crash point, or killed from outside at random.
+RUNS = ["before_commit:0.5"] * 2 + ["before_completion:0.5"] * 2 + [None]
+
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any non-zombie process of the group is left (the JVM outlives its Python parent briefly)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
+    deadline = time.monotonic() + 30
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+class Feed(threading.Thread):
+    """Writes {"k", "seq"} records, seq counting 1, 2, ... per key, keyed so a key stays in one partition."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic = topic
+        self.sent: list[tuple[int, int, int, int]] = []  # (partition, offset, k, seq)
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        seq: Counter[int] = Counter()
+        i = 0
+        while not self.halt.is_set():
+            k = i % KEYS
+            seq[k] += 1
+            value = {"k": k, "seq": seq[k]}
+            self.producer.produce(self.topic, key=str(k).encode(), value=json.dumps(value).encode(),
+                                  on_delivery=lambda err, msg, v=value: self.sent.append(
+                                      (msg.partition(), msg.offset(), v["k"], v["seq"])))
+            self.producer.poll(0)
+            i += 1
+            time.sleep(0.01)
+        self.producer.flush(10)
+
+
+def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
+    spark: SparkSession, make_worker: Callable, make_topic: Callable, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    rng = random.Random(5)
+    topic = make_topic(partitions=2)
+    worker = make_worker()
+    env = {**worker.env, "LOCKSTEP_WAREHOUSE": str(tmp_path / "wh"), "PYSPARK_PYTHON": sys.executable}
+    settings = Settings.from_env(env)
+    pipeline_file = tmp_path / "pipeline.sql"
+    pipeline_file.write_text(PIPELINE.format(topic=topic))
+    feed = Feed(kafka_bootstrap, topic)
+    feed.start()
+    log = tmp_path / "run.log"
+    outcomes = []
+
+    def start(crash: str | None) -> subprocess.Popen[bytes]:
+        run_env = {**env, "LOCKSTEP_CRASH_AT": crash} if crash else env
+        with open(log, "ab") as out:
+            return subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline_file)], env=run_env,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+
+    try:
+        for crash in RUNS:
+            proc = start(crash)
+            try:
+                proc.wait(timeout=120 if crash else rng.uniform(8, 15))
+            except subprocess.TimeoutExpired:
+                pass
+            outcomes.append((crash, proc.poll()))
+            kill_group(proc)
+        feed.halt.set()
+        feed.join(30)
+        proc = start(None)
+        try:
+            ends: dict[int, int] = {}
+            for p, off, *_ in feed.sent:
+                ends[p] = max(ends.get(p, 0), off + 1)
+            state, b = wait_for_barrier(settings, ["events", "per_key"], ends, topic, timeout=420)
+        finally:
+            kill_group(proc)
+    finally:
+        feed.halt.set()
+
+    self_kills = [crash for crash, code in outcomes if crash and code == -signal.SIGKILL]
+    assert len(self_kills) >= 3, f"crash points were not reached often enough: {outcomes}\n{log.read_text()[-3000:]}"
+    expected: Counter[int] = Counter(k for *_, k, _ in feed.sent)
+    rows = at(spark, settings, "events", state.exact_points("events")[b]).collect()
+    by_key: dict[int, list[int]] = {}
+    for r in rows:
+        by_key.setdefault(r["k"], []).append(r["seq"])
+    for k, n in expected.items():
+        assert sorted(by_key[k]) == list(range(1, n + 1)), f"key {k}: gap or duplicate"
+    aggregates = {r["k"]: (r["n"], r["last_seq"], r["total"])
+                  for r in at(spark, settings, "per_key", state.exact_points("per_key")[b]).collect()}
+    assert aggregates == {k: (n, n, n * (n + 1) // 2) for k, n in expected.items()}
+    for table in ("events", "per_key"):  # each barrier committed once, and every commit announced
+        history = DeltaTable.forPath(spark, str(settings.warehouse / table)).history().collect()
+        committed = [json.loads(h["userMetadata"])["barrier"] for h in history if h["userMetadata"]]
+        assert len(committed) == len(set(committed)), f"{table}: a barrier was committed twice"
+        committed = [c for c in committed if c <= b]  # the last run may have gone on after b
+        published = {c.barrier for c in state.completions[table].values()}
+        assert set(committed) <= published, f"{table}: commits without a completion"

@@ -1,0 +1,157 @@
+"""Consistent reads over FLIP-276's shopping topology while it runs.
+
+Every item has a fixed unit price, so in any consistent snapshot total_price / total_amount
+equals the unit price for every (user, item); a row where it does not is an anomaly
+(``spark_jobs.demo.probes``, the same reads ``lockstep demo`` runs).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+
+from coordinator.settings import Settings
+from spark_jobs.api.reads import CoordinatorUnreachable, SnapshotError, open_snapshot
+from spark_jobs.demo.datagen import unit_price
+from spark_jobs.demo.probes import FLIP_JOIN, Prober
+from tests.support import ROOT, run_lockstep
+from tests.support.barriers import read_state, wait_for_barrier
+
+# 1 s barriers (the default): versions change about once a second, as in production
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.barrier_interval_ms(1000)]
+
+SHOPPING = (ROOT / "pipelines" / "shopping.sql").read_text().replace("shopping_source", "{topic}")
+# FLIP-276's lineage example: the sink tables of the jobs that read a table
+FLIP_LINEAGE = ("SELECT T.table_name FROM __META_ETL_SINK AS T JOIN __META_ETL_SOURCE AS S ON T.job_id = S.job_id "
+                "WHERE S.table_name = 'shopping'")
+# read-committed and repeatable-read reads each (a pair takes about 0.1 s here when the versions
+# did not change, a few seconds when Spark evaluates the join at new versions)
+READS = int(os.environ.get("LOCKSTEP_TEST_READS", "1000"))
+
+
+
+class Shoppers(threading.Thread):
+    """Keeps buying: each purchase pays amount x the item's unit price."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic, self.halt, self.sent = topic, threading.Event(), []
+        self.rng = random.Random(3)
+
+    def buy(self, n: int) -> None:
+        for _ in range(n):
+            item, amount = self.rng.randrange(5), self.rng.randrange(1, 4)
+            record = {"user_id": self.rng.randrange(4), "item_id": item, "amount": amount, "price": amount * unit_price(item)}
+            self.producer.produce(self.topic, json.dumps(record).encode(),
+                                  on_delivery=lambda err, msg, r=record: self.sent.append((msg.offset(), r)))
+        self.producer.flush(10)
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.buy(20)
+            time.sleep(0.05)
+
+
+def test_consistent_reads_while_the_pipeline_runs(
+    spark: SparkSession, run_pipeline: Callable[[str], Settings], make_topic: Callable, kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    topic = make_topic(partitions=1)
+    settings = run_pipeline(SHOPPING.format(topic=topic))
+    shoppers = Shoppers(kafka_bootstrap, topic)
+    shoppers.buy(50)
+    wait_for_barrier(settings, ["user_item_amount", "user_item_price"], {0: 50}, topic)
+    shoppers.start()
+    try:
+        # thousands of reads while writers commit; Spark evaluates the join once per set of versions
+        prober = Prober(spark, settings, memo=True)
+        deadline = time.monotonic() + 120 + 0.5 * READS
+        while min(prober.stats[level].reads for level in ("read-committed", "repeatable-read")) < READS:
+            assert time.monotonic() < deadline, {level: s.reads for level, s in prober.stats.items()}
+            prober.read("read-committed")
+            prober.read("repeatable-read")
+            if prober.stats["read-committed"].reads % 50 == 0:
+                prober.read("read-uncommitted")
+        stats = prober.stats
+        # repeatable read: the same answer while writers move on; its lease is visible, then gone
+        with open_snapshot(spark, ["user_item_amount", "user_item_price"], "repeatable-read", settings=settings) as snap:
+            first = sorted(tuple(r) for r in snap.sql(FLIP_JOIN).collect())
+            lease = read_state(settings).leases[snap.lease_id]
+            assert lease.barrier == snap.barrier
+            assert {v.table: v.version for v in lease.versions} == snap.versions
+            wait_for_barrier(settings, ["user_item_amount"], {0: len(shoppers.sent) + 1}, topic)
+            assert sorted(tuple(r) for r in snap.sql(FLIP_JOIN).collect()) == first
+            lease_id = snap.lease_id
+        assert lease_id not in read_state(settings).leases
+    finally:
+        shoppers.halt.set()
+        shoppers.join(10)
+    report = {level: (s.reads, s.anomalous_reads, s.anomalous_rows) for level, s in stats.items()}
+    print(f"(reads, reads with anomalies, anomalous rows) per level: {report}; "
+          f"{prober.evaluated} joins evaluated by Spark, the rest were the same versions again")
+    assert stats["read-committed"].anomalous_reads == 0 and stats["repeatable-read"].anomalous_reads == 0, report
+    assert stats["read-committed"].rows > 0 and stats["read-uncommitted"].reads >= READS // 50
+    assert len(stats["read-committed"].barriers) > 10  # the reads really spanned many barriers
+    assert 10 < prober.evaluated < stats["read-committed"].reads  # Spark ran the join for new versions only
+
+    # as of an old barrier: equals plain Python over the records up to that barrier's cut
+    state = read_state(settings)
+    old = min(b for b in state.exact_points("user_item_amount") if b in state.exact_points("user_item_price"))
+    cut = next(c.offset for c in state.barriers[old].cut if c.topic == topic)
+    expected: dict[tuple[int, int], int] = defaultdict(int)
+    for offset, r in shoppers.sent:
+        if offset < cut:
+            expected[(r["user_id"], r["item_id"])] += r["amount"]
+    with open_snapshot(spark, ["user_item_amount"], as_of_barrier=old, settings=settings) as snap:
+        got = {(r["user_id"], r["item_id"]): r["total_amount"] for r in snap.table("user_item_amount").collect()}
+    assert got == dict(expected)
+
+    # the same read from the command line: rows on stdout, barrier and versions on stderr
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
+           "LOCKSTEP_WAREHOUSE": str(settings.warehouse), "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url,
+           "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix, "LOCKSTEP_JARS": str(settings.jars.absolute())}
+    done = run_lockstep("query", "SELECT * FROM user_item_amount", "--as-of-barrier", str(old), "--format", "csv",
+                        env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert {(int(r["user_id"]), int(r["item_id"])): int(r["total_amount"]) for r in rows} == dict(expected)
+    assert f"barrier {old}; versions user_item_amount={state.exact_points('user_item_amount')[old]}" in done.stderr
+    bad = run_lockstep("query", "SELECT * FROM nope", env=env, timeout=300)
+    assert bad.returncode == 1 and "unknown table(s): nope" in bad.stderr
+
+    lineage = run_lockstep("query", FLIP_LINEAGE, "--format", "json", env=env, timeout=300)
+    assert lineage.returncode == 0, lineage.stderr[-2000:]
+    assert sorted(json.loads(line)["table_name"] for line in lineage.stdout.splitlines()) == ["user_item_amount",
+                                                                                             "user_item_price"]
+    with open_snapshot(spark, ["user_item_amount"], settings=settings) as snap:
+        assert {r["table_name"] for r in snap.sql(FLIP_LINEAGE).collect()} == {"user_item_amount", "user_item_price"}
+        kept = snap.sql("SELECT barrier, version FROM __meta_table_version WHERE table_name = 'user_item_amount'")
+        assert state.exact_points("user_item_amount").items() <= {(r["barrier"], r["version"]) for r in kept.collect()}
+
+    figures = run_lockstep("delays", "--format", "json", env=env, timeout=60)
+    assert figures.returncode == 0, figures.stderr
+    report = json.loads(figures.stdout)
+    assert report["tables"]["user_item_amount"]["e2e_p50_ms"] > 0
+    assert report["bottleneck"] in {"ingest_shopping", "maintain_user_item_amount", "maintain_user_item_price"}
+    table_view = run_lockstep("delays", env=env, timeout=60)
+    assert "bottleneck" in table_view.stdout and "user_item_price" in table_view.stdout
+
+    with pytest.raises(SnapshotError, match="unknown table"):
+        open_snapshot(spark, ["nope"], settings=settings)
+    with pytest.raises(SnapshotError, match="no exact point at barrier"):
+        open_snapshot(spark, ["user_item_amount"], as_of_barrier=10**9, settings=settings)
+    with pytest.raises(CoordinatorUnreachable, match="127.0.0.1:9"):
+        open_snapshot(spark, ["user_item_amount"], settings=Settings(coordinator_url="http://127.0.0.1:9"))

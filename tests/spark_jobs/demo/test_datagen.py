@@ -1,0 +1,48 @@
+"""The shopping generator: a steady rate of purchases whose price is amount x unit price."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from coordinator.settings import Settings
+from spark_jobs.demo.datagen import RateGenerator, ensure_topic, purchases, unit_price
+
+pytestmark = [pytest.mark.integration]
+
+
+def test_purchases_arrive_at_the_rate_with_fixed_unit_prices(settings: Settings, read_topic: Callable) -> None:
+    topic = f"shop-{uuid.uuid4().hex[:8]}"
+    assert ensure_topic(settings, topic, partitions=2)
+    assert not ensure_topic(settings, topic, partitions=2)  # already there
+    lines: list[str] = []
+    before = int(time.time() * 1000)
+    generator = RateGenerator(settings, topic, rate=400, make=purchases(users=7, items=5))
+    sent = generator.run(threading.Event(), seconds=2.5, progress=lines.append, every=1.0)
+    assert generator.failed == 0
+    assert 800 <= sent <= 1000  # 2.5 s at 400/s, give or take one step
+    records = read_topic(topic)
+    assert len(records) == sent
+    assert {p for p, *_ in records} == {0, 1}
+    for _, _, key, value in records:
+        r = json.loads(value)
+        assert int(key) == r["user_id"] < 7 and 0 <= r["item_id"] < 5 and 1 <= r["amount"] <= 5
+        assert r["price"] == r["amount"] * unit_price(r["item_id"])
+        assert before <= r["ts"] <= int(time.time() * 1000)  # the produce time
+    assert any("records to" in line and "target 400/s" in line for line in lines)
+
+
+def test_datagen_command(lockstep_cli: Callable, read_topic: Callable) -> None:
+    topic = f"shop-{uuid.uuid4().hex[:8]}"
+    done = lockstep_cli("datagen", "shopping", "--rate", "300", "--seconds", "1", "--topic", topic, "--partitions", "1")
+    assert done.returncode == 0, done.stderr
+    assert f"created topic {topic} (1 partitions)" in done.stdout
+    sent = int(done.stdout.split("sent ")[-1].split(" purchases")[0].replace(",", ""))
+    assert sent == len(read_topic(topic)) > 0
+    bad = lockstep_cli("datagen", "shopping", "--rate", "0")
+    assert bad.returncode == 2 and "--rate" in bad.stderr

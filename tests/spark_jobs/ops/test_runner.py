@@ -1,0 +1,100 @@
+"""Stopping jobs: `lockstep stop` records the end, the Supervisor stops the job and tells the
+hooks, delays and lineage show it, and running the pipeline again continues where it stopped."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from coordinator.client.rest import get_json
+from coordinator.client.state import read_state
+from spark_jobs.api.lineage import lineage_frames
+from spark_jobs.ops.hooks import JobEvent, JobHooks
+from spark_jobs.ops.runner import register_pipeline
+from spark_jobs.planning.pipeline import parse_pipeline
+from tests.support import wait_until
+from tests.support.barriers import at, wait_for_barrier
+from tests.support.supervising import KeyedRecords, Recorder, Stack, supervised
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PIPELINE = """
+CREATE TABLE events (k BIGINT, v BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
+CREATE TABLE sums AS SELECT k, SUM(v) AS total FROM events GROUP BY k;
+CREATE TABLE counts AS SELECT k, COUNT(*) AS n FROM events GROUP BY k;
+"""
+
+
+class Broken(JobHooks):
+    def on_created(self, event: JobEvent) -> None:
+        raise ValueError("a broken hook")
+
+
+def test_stop_finishes_or_cancels_a_job_and_run_again_continues_it(
+    spark: SparkSession, make_stack: Callable[[], Stack], make_topic: Callable, kafka_bootstrap: str,
+) -> None:
+    topic = make_topic(partitions=1)
+    stack = make_stack()
+    settings = stack.settings
+    pipeline = parse_pipeline(PIPELINE.format(topic=topic))
+    register_pipeline(settings, pipeline)
+    hooks, reports = Recorder(), []
+    records = KeyedRecords(kafka_bootstrap, topic, value=lambda i: i)
+    send, sent = records.send, records.sent
+    with supervised(spark, pipeline, settings, report=reports.append, hooks=[Broken(), hooks],
+                    follow_status=True) as supervisor:
+        assert [what for what, _ in hooks.events] == ["created"] * 3  # the broken hook did not stop the others
+        assert sum("Broken.on_created failed" in r for r in reports) == 3
+        wait_for_barrier(settings, ["events", "sums", "counts"], send(30), topic)
+
+        # FINISHED, named by its table: stopped after the barrier in progress, not restarted
+        done = stack.lockstep("stop", "counts", "--reason", "no longer needed")
+        assert done.returncode == 0, done.stderr
+        assert "job maintain_counts recorded FINISHED" in done.stdout
+        wait_until(lambda: "maintain_counts" in supervisor.ended, "the supervisor stops maintain_counts")
+        assert supervisor.ended == {"maintain_counts": "FINISHED"}
+        assert hooks.of("maintain_counts") == ["created", "finished"]
+        assert hooks.events[-1][1] == JobEvent("maintain_counts", "counts", "FINISHED", "no longer needed")
+        state, b = wait_for_barrier(settings, ["events", "sums"], send(30), topic)
+        last_counts = max(state.exact_points("counts").values())
+        assert state.latest_exact("counts") < b
+        history = DeltaTable.forPath(spark, str(settings.warehouse / "counts")).history(1).collect()
+        assert history[0]["version"] == last_counts  # nothing was committed after its last completion
+        assert "maintain_counts" not in supervisor.failures
+
+        # delays and lineage show it
+        delays = get_json(settings, "/delays")
+        assert delays["jobs"]["maintain_counts"]["status"] == "FINISHED"
+        assert delays["tables"]["counts"]["writer"] is None and delays["bottleneck"] != "maintain_counts"
+        sinks = {r["job_id"]: r["status"] for r in lineage_frames(spark, state)["__meta_etl_sink"].collect()}
+        assert sinks == {"ingest_events": "RUNNING", "maintain_sums": "RUNNING", "maintain_counts": "FINISHED"}
+        table_view = stack.lockstep("delays")
+        assert "FINISHED" in table_view.stdout, table_view.stdout
+
+        # CANCELED at once; a second stop and an unknown job are rejected
+        canceled = stack.lockstep("stop", "ingest_events", "--cancel")
+        assert canceled.returncode == 0 and "recorded CANCELED" in canceled.stdout, canceled.stderr
+        wait_until(lambda: "ingest_events" in supervisor.ended, "the supervisor stops ingest_events")
+        assert hooks.of("ingest_events") == ["created", "canceled"]
+        assert "lockstep stop by" in hooks.events[-1][1].reason
+        again_stop = stack.lockstep("stop", "ingest_events")
+        assert again_stop.returncode == 1 and "already ended as CANCELED" in again_stop.stderr
+        unknown = stack.lockstep("stop", "nope")
+        assert unknown.returncode == 1 and "unknown job 'nope'" in unknown.stderr
+        assert set(supervisor.queries) == {"maintain_sums"}
+        send(30)  # not ingested while the job is stopped
+
+        # running the pipeline again continues both from their tables' newest exact points
+        register_pipeline(settings, pipeline)
+        with supervised(spark, pipeline, settings, only=("ingest_events", "maintain_counts"), report=reports.append):
+            state, b = wait_for_barrier(settings, ["events", "sums", "counts"], {0: len(sent)}, topic)
+        events = at(spark, settings, "events", state.exact_points("events")[b]).collect()
+        assert sorted(r["v"] for r in events) == list(range(len(sent)))  # no record skipped, none twice
+        assert {r["k"]: r["n"] for r in at(spark, settings, "counts", state.exact_points("counts")[b]).collect()} == \
+            dict(Counter(sent))
+        assert {j: s.status for j, s in read_state(settings).jobs.items()} == dict.fromkeys(
+            ["ingest_events", "maintain_sums", "maintain_counts"], "RUNNING")

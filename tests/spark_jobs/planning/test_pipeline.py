@@ -1,0 +1,69 @@
+"""Pipeline files parse into tables and jobs, and bad ones say what to change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.planning.pipeline import Column, PipelineError, load_pipeline, parse_pipeline
+from tests.support import ROOT
+
+
+def test_shopping_pipeline() -> None:
+    pipeline = load_pipeline(ROOT / "pipelines" / "shopping.sql")
+    (shopping,) = pipeline.roots
+    assert shopping.topic == "shopping_source" and shopping.format == "json" and shopping.primary_key == ()
+    assert shopping.columns[-1] == Column("price", "DOUBLE")
+    assert [(j.job_id, j.sink, j.sources, j.external_topics) for j in pipeline.jobs] == [
+        ("ingest_shopping", "shopping", (), ("shopping_source",)),
+        ("maintain_user_item_amount", "user_item_amount", ("shopping",), ()),
+        ("maintain_user_item_price", "user_item_price", ("shopping",), ()),
+    ]
+    assert "SUM(amount)" in pipeline.table("user_item_amount").query
+
+
+def test_upsert_debezium_avro_insert_into_and_ctes(tmp_path: Path) -> None:
+    (tmp_path / "s.avsc").write_text('{"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]}')
+    (tmp_path / "p.sql").write_text(
+        """
+        CREATE TABLE orders (id BIGINT, amount DOUBLE) WITH ('source'='kafka:orders_cdc', 'format'='debezium-json',
+                                                            'primary_key'='id');
+        CREATE TABLE raw (a BIGINT) WITH ('source'='kafka:raw', 'format'='avro', 'avro_schema_file'='s.avsc');
+        CREATE TABLE IF NOT EXISTS big AS WITH o AS (SELECT * FROM orders) SELECT o.id, r.a FROM o JOIN raw r ON o.id = r.a;
+        INSERT INTO audit SELECT id FROM orders WHERE amount > 100;
+        """
+    )
+    pipeline = load_pipeline(tmp_path / "p.sql")
+    orders, raw = pipeline.roots
+    assert orders.primary_key == ("id",) and orders.format == "debezium-json"
+    assert raw.avro_schema is not None and '"long"' in raw.avro_schema
+    big, audit = pipeline.derived
+    assert big.sources == ("orders", "raw") and big.if_not_exists
+    assert audit.sources == ("orders",) and not audit.declared_here
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("CREATE TABLE t (a BIGINT) WITH ('format'='json')", "needs 'source' = 'kafka:<topic>'"),
+        ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:s', 'format'='csv')", "format 'csv' is not supported"),
+        ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:s', 'colour'='red')", "unknown option(s) colour"),
+        ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:s', 'primary_key'='b')", "primary key column(s) b"),
+        ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:s', 'format'='debezium-json')", "needs a 'primary_key'"),
+        ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:s', 'format'='avro')", "needs 'avro_schema'"),
+        ("DROP TABLE t", "only CREATE TABLE"),
+        ("CREATE TABLE t AS SELECT 1 FROM s; CREATE TABLE t AS SELECT 2 FROM s", "defined more than once: t"),
+        ("SELEC 1 FROM", "SQL syntax error"),
+        ("   ", "no statements"),
+    ],
+)
+def test_bad_pipelines_are_rejected_with_a_reason(sql: str, message: str) -> None:
+    with pytest.raises(PipelineError) as info:
+        parse_pipeline(sql)
+    assert message in str(info.value)
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(PipelineError, match="cannot read pipeline file"):
+        load_pipeline(tmp_path / "nope.sql")

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from coordinator.settings import Settings
+from spark_jobs.runtime.session import SparkSetupError, spark_jars
+
+
+def test_missing_jars_explain_how_to_fix(tmp_path: Path) -> None:
+    settings = dataclasses.replace(Settings.from_env({}), jars=tmp_path)
+    with pytest.raises(SparkSetupError, match="scripts/setup"):
+        spark_jars(settings)
+
+
+@pytest.mark.integration
+def test_session_has_delta_small_machine_defaults_and_cached_jars(spark: SparkSession) -> None:
+    conf = spark.sparkContext.getConf()
+    assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert conf.get("spark.master") == "local[2]"
+    assert conf.get("spark.ui.enabled") == "false"
+    jars = conf.get("spark.jars").split(",")
+    assert any("delta-spark_2.13" in j for j in jars)
+    assert any("spark-sql-kafka" in j for j in jars)
+    assert all(Path(j).is_file() for j in jars), "spark.jars must point at the local cache, never a download"
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    # A Python worker really runs with our interpreter (UDFs, Python data sources need it).
+    worker_python = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("sys").executable).first()
+    assert worker_python == sys.executable

@@ -1,0 +1,35 @@
+"""What many tests share: the checkout's root, waiting for a condition, running the CLI.
+
+Fixture plugins live beside this module (``workers``, ``states``, ``pipelines``; loaded by
+``tests/conftest.py``), and so do the helpers of pipeline tests and drills.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T], what: str, timeout: float = 90.0) -> T:
+    """Poll ``condition`` every 0.2 s until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not within {timeout:.0f}s: {what}")
+        time.sleep(0.2)
+
+
+def run_lockstep(*args: str, env: Mapping[str, str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run ``lockstep ARGS`` (as ``python -m lockstep``) from the checkout's root; output captured as text."""
+    return subprocess.run([sys.executable, "-m", "lockstep", *args], env=dict(env), capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)

@@ -1,0 +1,51 @@
+"""Fixtures for pipeline tests: run a pipeline's jobs against a real worker, Kafka and Delta."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from coordinator.settings import Settings
+from spark_jobs.ops.runner import register_pipeline, start_jobs
+from spark_jobs.planning.pipeline import parse_pipeline
+from tests.support.supervising import Stack
+
+
+@pytest.fixture
+def make_stack(make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path) -> Callable[[], Stack]:
+    """Factory: start a worker; a Stack whose settings use it and this test's warehouse and home."""
+
+    def make() -> Stack:
+        worker = make_worker()
+        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh",
+                                       home=tmp_path / "home", coordinator_url=worker.url)
+        return Stack(settings, tmp_path)
+
+    return make
+
+
+@pytest.fixture
+def run_pipeline(
+    spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path
+) -> Iterator[Callable[[str], Settings]]:
+    """Factory: ``run_pipeline(sql)`` starts a worker, registers the pipeline and runs its jobs;
+    returns the settings they use. The jobs stop at the end of the test."""
+    queries: list[StreamingQuery] = []
+
+    def run(sql: str) -> Settings:
+        worker = make_worker()
+        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home",
+                                       coordinator_url=worker.url)
+        pipeline = parse_pipeline(sql)
+        register_pipeline(settings, pipeline)
+        queries.extend(start_jobs(spark, pipeline, settings))
+        return settings
+
+    yield run
+    for query in queries:
+        query.stop()

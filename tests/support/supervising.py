@@ -1,0 +1,90 @@
+"""Running a pipeline under a Supervisor in a test: a background poller, a hook that
+remembers what it heard, a producer of keyed records, the `lockstep` CLI against the test's
+worker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from coordinator.settings import Settings
+from spark_jobs.ops.hooks import JobEvent, JobHooks
+from spark_jobs.ops.runner import Supervisor
+from tests.support import run_lockstep
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Settings for a pipeline test (its own warehouse and home, the test's worker)."""
+
+    settings: Settings
+    tmp_path: Path
+
+    def lockstep(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run the `lockstep` CLI in a subprocess against this stack."""
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.tmp_path), "LOCKSTEP_BOOTSTRAP": self.settings.bootstrap,
+               "LOCKSTEP_COORDINATOR_URL": self.settings.coordinator_url,
+               "LOCKSTEP_TOPIC_PREFIX": self.settings.topic_prefix}
+        return run_lockstep(*args, env=env, timeout=60)
+
+
+class Recorder(JobHooks):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, JobEvent]] = []
+
+    def on_created(self, event: JobEvent) -> None:
+        self.events.append(("created", event))
+
+    def on_finished(self, event: JobEvent) -> None:
+        self.events.append(("finished", event))
+
+    def on_failed(self, event: JobEvent) -> None:
+        self.events.append(("failed", event))
+
+    def on_canceled(self, event: JobEvent) -> None:
+        self.events.append(("canceled", event))
+
+    def of(self, job_id: str) -> list[str]:
+        return [what for what, event in self.events if event.job_id == job_id]
+
+
+@contextmanager
+def supervised(*args: Any, **kwargs: Any) -> Iterator[Supervisor]:
+    """A started Supervisor(*args, **kwargs) polled every 0.5 s in the background; stopped after."""
+    supervisor = Supervisor(*args, **kwargs)
+    supervisor.start()
+    stop = threading.Event()
+    watcher = threading.Thread(target=supervisor.run, args=(stop, 0.5), daemon=True)
+    watcher.start()
+    try:
+        yield supervisor
+    finally:
+        stop.set()
+        watcher.join(10)
+        supervisor.stop()
+
+
+class KeyedRecords:
+    """Produces {"k": i % keys, "v": value(i)} to a one-partition topic; ``sent`` lists the keys."""
+
+    def __init__(self, bootstrap: str, topic: str, keys: int = 3, value: Callable[[int], int] = lambda i: 1) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap})
+        self.topic, self.keys, self.value = topic, keys, value
+        self.sent: list[int] = []
+
+    def send(self, n: int) -> dict[int, int]:
+        """Send ``n`` more; returns {partition 0: records sent so far}, what wait_for_barrier covers."""
+        for _ in range(n):
+            i = len(self.sent)
+            self.producer.produce(self.topic, json.dumps({"k": i % self.keys, "v": self.value(i)}).encode())
+            self.sent.append(i % self.keys)
+        self.producer.flush(10)
+        return {0: len(self.sent)}

@@ -1,0 +1,77 @@
+"""Fixtures that run real coordinator workers; loaded as a pytest plugin by tests/conftest.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.client.rest import get_json
+from coordinator.dev.broker import free_port
+from coordinator.dev.worker import WorkerProcess
+from coordinator.settings import Settings
+from tests.support import run_lockstep
+
+
+class Worker(WorkerProcess):
+    """A real ``lockstep worker`` process, with the helpers tests need."""
+
+    def get(self, path: str) -> Any:
+        """GET JSON; 4xx answers return their JSON error body."""
+        return get_json(Settings(coordinator_url=self.url), path, timeout=5)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def coordinator_env(settings: Settings, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, str]:
+    """Environment for one isolated coordinator: its own topic prefix and home on the test broker.
+    Barriers every 200 ms, unless the test is marked ``@pytest.mark.barrier_interval_ms(N)``."""
+    interval = request.node.get_closest_marker("barrier_interval_ms")
+    return {
+        **os.environ,
+        "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
+        "LOCKSTEP_HOME": str(tmp_path / "home"),
+        "LOCKSTEP_JARS": str(settings.jars),
+        "LOCKSTEP_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:8]}",
+        "LOCKSTEP_BARRIER_INTERVAL_MS": str(interval.args[0] if interval else 200),
+    }
+
+
+@pytest.fixture
+def make_worker(coordinator_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+    """Factory: ``make_worker()`` starts a coordinator worker on a free port and waits until healthy."""
+    workers: list[Worker] = []
+
+    def make(start: bool = True) -> Worker:
+        port = free_port()
+        worker = Worker({**coordinator_env, "LOCKSTEP_COORDINATOR_URL": f"http://127.0.0.1:{port}"}, port,
+                        tmp_path / f"worker-{len(workers)}.log")
+        workers.append(worker)
+        return worker.start() if start else worker
+
+    yield make
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.fixture
+def lockstep_cli(coordinator_env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Factory: run ``lockstep ARGS`` against a coordinator (``url=`` picks its REST address)."""
+
+    def run(*args: str, url: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        env = dict(coordinator_env)
+        if url:
+            env["LOCKSTEP_COORDINATOR_URL"] = url
+        return run_lockstep(*args, env=env, timeout=timeout)
+
+    return run
