@@ -19,6 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coordinator.dev.broker import LocalBroker
 
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierAnnounced, BarrierCompleted, JobState, TableState, entity_key, fold_all
@@ -67,7 +71,7 @@ def bench_fold(n: int) -> None:
     print(f"state hash {state.state_hash()[:16]}")
 
 
-def start_broker(tmp: Path):  # noqa: ANN201
+def start_broker(tmp: Path) -> LocalBroker:
     from coordinator.dev.broker import LocalBroker, free_port
 
     broker = LocalBroker(tmp / "kafka", ROOT / ".lockstep/jars/kafka", port=free_port(), heap="1g")
@@ -174,8 +178,8 @@ def bench_commands(requests: int) -> None:
     with running_worker() as (settings, _):
         admin = AdminClient(settings.kafka_config())
         admin.create_topics([NewTopic("bench.echo", 1, 1)])["bench.echo"].result(30)
-        producer = Producer(settings.kafka_config(**{"linger.ms": 0}))
-        consumer = Consumer(settings.kafka_config(**{"group.id": "bench-echo", "log_level": 3}))
+        producer = Producer(settings.kafka_config({"linger.ms": 0}))
+        consumer = Consumer(settings.kafka_config({"group.id": "bench-echo", "log_level": 3}))
         producer.produce("bench.echo", b"warm-up")
         producer.flush(10)
         consumer.assign([TopicPartition("bench.echo", 0, 1)])

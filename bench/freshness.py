@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -40,10 +41,13 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.domain.delays import percentile
 from coordinator.domain.pacing import ready_at
+
+if TYPE_CHECKING:
+    from spark_jobs.demo.datagen import RecordMaker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,13 +98,13 @@ def anomalies(topology: Topology, rows: list[Any]) -> int:
     return sum(1 for r in rows if r["n1"] != r["n2"])
 
 
-def record_maker(topology: Topology):  # noqa: ANN201 - a datagen RecordMaker
+def record_maker(topology: Topology) -> RecordMaker:
     from spark_jobs.demo.datagen import purchases
 
     if topology is SHOPPING:
         return purchases(users=100, items=20)
 
-    def event(rng, ts: int):  # noqa: ANN001, ANN202
+    def event(rng: random.Random, ts: int) -> tuple[str, dict[str, int | float]]:
         k = rng.randrange(topology.keys)
         return str(k), {"k": k, "v": rng.randrange(1000), "ts": ts}
 

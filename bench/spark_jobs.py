@@ -19,9 +19,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.coordinator import start_broker
 from coordinator.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.runtime.ivm import TableMaintainer
 
 INGEST_DDL = "id BIGINT, v BIGINT, name STRING"
 
@@ -69,7 +75,7 @@ def produce(bootstrap: str, topic: str, records: int, keys: int) -> dict[int, in
     return ends
 
 
-def plain_merge_job(spark, bootstrap: str, topic: str, path: str, per_batch: int, checkpoint: str) -> None:  # noqa: ANN001
+def plain_merge_job(spark: SparkSession, bootstrap: str, topic: str, path: str, per_batch: int, checkpoint: str) -> None:
     """The baseline: what a team writes by hand for Kafka -> Delta upserts."""
     from delta.tables import DeltaTable
     from pyspark.sql import Window
@@ -77,7 +83,7 @@ def plain_merge_job(spark, bootstrap: str, topic: str, path: str, per_batch: int
 
     DeltaTable.createIfNotExists(spark).location(path).addColumns(spark.createDataFrame([], INGEST_DDL).schema).execute()
 
-    def upsert(frame, batch_id: int) -> None:  # noqa: ANN001
+    def upsert(frame: DataFrame, batch_id: int) -> None:
         rows = frame.select("partition", "offset", F.from_json(F.col("value").cast("string"), INGEST_DDL).alias("r"))
         rows = rows.where("r.id IS NOT NULL")
         last = Window.partitionBy("r.id").orderBy(F.col("offset").desc())
@@ -91,7 +97,7 @@ def plain_merge_job(spark, bootstrap: str, topic: str, path: str, per_batch: int
     query.awaitTermination()
 
 
-def lockstep_ingest(spark, settings: Settings, topic: str, ends: dict[int, int], batches: int, run: str) -> None:  # noqa: ANN001
+def lockstep_ingest(spark: SparkSession, settings: Settings, topic: str, ends: dict[int, int], batches: int, run: str) -> None:
     from coordinator.domain import OffsetRange
     from coordinator.domain.work import BarrierWork
     from spark_jobs.planning.pipeline import parse_pipeline
@@ -144,7 +150,7 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
 
     from coordinator.domain.work import BarrierWork
     from spark_jobs.planning.pipeline import DerivedTable
-    from spark_jobs.planning.plans import Plan, TableShape, plan_query
+    from spark_jobs.planning.plans import Plan, PlanKind, TableShape, plan_query
     from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
     from spark_jobs.runtime.ivm import TableMaintainer
     from spark_jobs.runtime.session import build_session
@@ -161,8 +167,8 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
         print(f"source: {rows:,} rows, {groups:,} groups, written in {time.perf_counter() - t0:.1f}s")
         publisher = CompletionPublisher(settings)
         incremental_plan = plan_query(query, {"src": TableShape(("k",), False)})
-        full_plan = Plan("full_refresh", "the baseline", query, sources=("src",))
-        assert incremental_plan.kind == "aggregate"
+        full_plan = Plan(PlanKind.FULL_REFRESH, "the baseline", query, sources=("src",))
+        assert incremental_plan.kind == PlanKind.AGGREGATE
         jobs = {
             "incremental": TableMaintainer(spark, DerivedTable("agg_inc", query, ("src",)), incremental_plan,
                                            "maintain_inc", settings.warehouse, publisher),
@@ -195,7 +201,7 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
         spark.stop()
 
 
-def _phases(job) -> str:  # noqa: ANN001 - a TableMaintainer
+def _phases(job: TableMaintainer) -> str:
     """Where the job's last barrier went, e.g. ``plan 120 ms, write 2300 ms``."""
     return ", ".join(f"{p.name} {p.ms} ms" for p in job.watch.phases())
 

@@ -23,6 +23,7 @@ from coordinator.domain.barriers import BarrierConfig
 from coordinator.domain.errors import UsageError
 
 KAFKA_PASSTHROUGH_PREFIX = "LOCKSTEP_KAFKA_"
+KafkaValue = str | int | float | bool  # what a confluent-kafka config value may be
 CRASH_POINTS = ("before_commit", "before_completion")
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE")
 
@@ -120,9 +121,9 @@ class Settings:
                                 "set it like LOCKSTEP_COORDINATOR_URL=http://127.0.0.1:6066")
         return port or 6066
 
-    def kafka_config(self, **extra: str | int | bool) -> dict[str, str | int | bool]:
+    def kafka_config(self, extra: Mapping[str, KafkaValue] | None = None) -> dict[str, KafkaValue]:
         """confluent-kafka client config: bootstrap + ``LOCKSTEP_KAFKA_*`` pass-through + extra."""
-        return {"bootstrap.servers": self.bootstrap, **self.kafka_client, **extra}
+        return {"bootstrap.servers": self.bootstrap, **self.kafka_client, **(extra or {})}
 
 
 def _whole_number(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:

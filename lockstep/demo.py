@@ -35,10 +35,11 @@ from coordinator.client.rest import get_json
 from coordinator.dev.broker import LocalBroker, port_in_use, topic_count
 from coordinator.dev.worker import WorkerProcess, healthy
 from coordinator.domain.errors import NotStarted, Unreachable
+from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
 from spark_jobs.api.reads import CoordinatorUnreachable, close_clients
 from spark_jobs.demo.datagen import ensure_topic
-from spark_jobs.demo.probes import LEVELS, LevelStats, Prober
+from spark_jobs.demo.probes import LevelStats, Prober
 
 SHOPPING = Path(__file__).resolve().parents[1] / "pipelines" / "shopping.sql"
 CAUGHT_UP = 2  # barriers a table may lag when the demo starts generating and reading
@@ -70,7 +71,7 @@ class DemoResult:
     @property
     def ok(self) -> bool:
         """Read-committed and repeatable-read each read at least once and never saw an anomaly."""
-        consistent = [self.stats[level] for level in ("read-committed", "repeatable-read")]
+        consistent = [self.stats[level] for level in (ReadLevel.READ_COMMITTED, ReadLevel.REPEATABLE_READ)]
         return all(s.reads > 0 and s.anomalous_reads == 0 for s in consistent)
 
 
@@ -234,7 +235,7 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
         raise DemoError(f"{options.pipeline} must define one root table and user_item_amount, user_item_price "
                         "(FLIP-276's shopping pipeline)")
     topic = pipeline.roots[0].topic
-    result = DemoResult({level: LevelStats() for level in LEVELS})
+    result = DemoResult({level: LevelStats() for level in ReadLevel})
     started = time.monotonic()
     since_ms = int(time.time() * 1000)
     with ExitStack() as stack:
@@ -251,7 +252,7 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             stack.callback(spark.stop)
             stack.callback(close_clients)  # the leases' client, before the broker stops
             _wait_ready(settings, [d.name for d in pipeline.derived], jobs, say)
-            consumer = Consumer(settings.kafka_config(**{"group.id": "lockstep-demo-sizes"}))
+            consumer = Consumer(settings.kafka_config({"group.id": "lockstep-demo-sizes"}))
             stack.callback(consumer.close)
             before = _topic_size(consumer, topic)  # purchases of earlier runs are not this run's
             stack.enter_context(_generator(settings, topic, options, say))
@@ -259,7 +260,7 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             if options.warmup > 0:
                 _read_until(options.warmup, "warming up, not counted", prober, jobs,
                             lambda: _topic_size(consumer, topic) - before, result, console, say)
-                prober.stats = {level: LevelStats() for level in LEVELS}
+                prober.stats = {level: LevelStats() for level in ReadLevel}
             result.stats = prober.stats
             since_ms = int(time.time() * 1000)  # the summary's delays cover the measured barriers only
             started = time.monotonic()
@@ -292,7 +293,7 @@ def _read_until(seconds: float, phase: str, prober: Prober, jobs: subprocess.Pop
         elapsed = time.monotonic() - started
         header = Text(f"FLIP-276 shopping demo ({phase}): {elapsed:4.0f} s / {seconds:.0f} s, "
                       f"{result.purchases:,} purchases ({result.purchases / max(elapsed, 1):,.0f}/s)")
-        waiting = prober.stats["read-committed"]
+        waiting = prober.stats[ReadLevel.READ_COMMITTED]
         note = Text(f"waiting for the first barrier every table completed: {waiting.last_error}", style="yellow") \
             if waiting.reads == 0 and waiting.last_error else Text("average price must equal the unit price "
                                                                    "in every row; a row where it does not is an anomaly")
@@ -302,7 +303,7 @@ def _read_until(seconds: float, phase: str, prober: Prober, jobs: subprocess.Pop
     with live or nullcontext():
         while time.monotonic() < deadline:
             evaluated = prober.evaluated
-            for level in LEVELS:
+            for level in ReadLevel:
                 try:
                     prober.read(level)
                 except CoordinatorUnreachable as exc:

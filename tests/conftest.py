@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
 
 from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.settings import Settings
@@ -40,7 +41,7 @@ def docker_engine_available() -> bool:
 
         docker.from_env(timeout=2).ping()
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - no client library, no engine, a refused socket: all mean "no Docker"
         return False
 
 
@@ -129,7 +130,7 @@ def read_topic(kafka_bootstrap: str) -> Callable[[str], list[tuple[int, int, byt
 
 
 @pytest.fixture(scope="session")
-def spark(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - pyspark type
+def spark(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """The one SparkSession of the test session (local[2], 2 shuffle partitions, UI off)."""
     from spark_jobs.runtime.session import build_session
 

@@ -47,7 +47,7 @@ class CommandClient:
 
     def _connect(self) -> tuple[Consumer, Producer]:
         if self._consumer is None or self._producer is None:
-            consumer = Consumer(self.settings.kafka_config(**{"group.id": "lockstep-cli", "enable.auto.commit": False,
+            consumer = Consumer(self.settings.kafka_config({"group.id": "lockstep-cli", "enable.auto.commit": False,
                                                               "log_level": 3}))
             try:
                 _, high = consumer.get_watermark_offsets(TopicPartition(self.topics.outcomes, 0), timeout=10)
@@ -58,7 +58,7 @@ class CommandClient:
                     "(lockstep dev up) and the coordinator started once (lockstep worker)?"
                 ) from exc
             consumer.assign([TopicPartition(self.topics.outcomes, 0, high)])
-            self._consumer, self._producer = consumer, Producer(self.settings.kafka_config(**{"log_level": 3}))
+            self._consumer, self._producer = consumer, Producer(self.settings.kafka_config({"log_level": 3}))
         return self._consumer, self._producer
 
     def emit(self, command: Command, timeout: float = 30.0) -> CommandOutcome:
@@ -71,10 +71,11 @@ class CommandClient:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 msg = consumer.poll(0.5)
-                if msg is None or msg.error() is not None or msg.key() != command.request_id.encode():
+                value = None if msg is None or msg.error() is not None else msg.value()
+                if value is None or msg is None or msg.key() != command.request_id.encode():
                     continue  # nothing yet, or another client's outcome
                 try:
-                    outcome = self.codec.decode(msg.value())
+                    outcome = self.codec.decode(value)
                 except DecodeError:
                     continue
                 if isinstance(outcome, CommandOutcome):

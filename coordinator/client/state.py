@@ -46,18 +46,16 @@ class StateReader:
         self.lock = threading.RLock()
         self.codec = default_codec(settings.schemas)
         self.consumer = Consumer(
-            settings.kafka_config(
-                **{
-                    "group.id": f"lockstep-reader-{uuid.uuid4().hex}",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    "log_level": 3,
-                }
-            )
+            settings.kafka_config({
+                "group.id": f"lockstep-reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "log_level": 3,
+            })
         )
         self.consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics.state])
         # Watermark queries come from other threads; give them their own client.
-        self.probe = Consumer(settings.kafka_config(**{"group.id": "lockstep-probe", "log_level": 3}))
+        self.probe = Consumer(settings.kafka_config({"group.id": "lockstep-probe", "log_level": 3}))
         self.stats.positions = {t: 0 for t in topics.state}
         self.limits: dict[str, int] = {}
 
@@ -79,13 +77,16 @@ class StateReader:
         return len(messages)
 
     def _apply(self, msg: Message) -> None:
-        if msg.error() is not None:
-            if msg.error().code() != KafkaError._PARTITION_EOF:
-                log.warning("state topic error: %s", msg.error())
+        error, topic, offset = msg.error(), msg.topic(), msg.offset()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("state topic error: %s", error)
             return
-        if msg.offset() >= self.limits.get(msg.topic(), msg.offset() + 1):
+        if topic is None or offset is None:  # not a record (confluent-kafka types every field optional)
+            return
+        if offset >= self.limits.get(topic, offset + 1):
             return  # past the requested mark (read_until)
-        self.stats.positions[msg.topic()] = msg.offset() + 1
+        self.stats.positions[topic] = offset + 1
         key = (msg.key() or b"").decode("utf-8", "replace")
         value = msg.value()
         if value is None:

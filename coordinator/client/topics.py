@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # exported, not in __all__
 
 from coordinator.settings import Settings
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ class EventCodec:
             raise ValueError(f"no schema in {schema_dir} for {', '.join(missing)}")
 
     def _load(self, path: Path) -> WriterSchema:
-        parsed = parse_schema(json.loads(path.read_text()))
+        parsed = typing.cast(dict[str, Any], parse_schema(json.loads(path.read_text())))
         name = parsed["name"].rpartition(".")[2]
         schema = WriterSchema(name, parsed, schema_fingerprint(parsed))
         self.writers[schema.fingerprint] = schema
@@ -102,7 +103,7 @@ class EventCodec:
             record = schemaless_reader(body, writer.parsed, None if reader is writer else reader.parsed)
             if body.tell() != len(data) - HEADER_SIZE:
                 raise DecodeError(f"{len(data) - HEADER_SIZE - body.tell()} trailing bytes after the record")
-            return from_record(self.types[writer.name], record)
+            return from_record(self.types[writer.name], typing.cast(dict[str, Any], record))
         except DecodeError:
             raise
         except Exception as exc:  # fastavro raises many types on corrupt bodies

@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from coordinator.domain.errors import NotStarted
@@ -168,7 +169,7 @@ class LocalBroker:
         if pid is not None:
             try:
                 topics = topic_count(self.bootstrap)
-            except Exception:  # running but not answering (yet): say so with topics=None
+            except KafkaException:  # running but not answering (yet): say so with topics=None
                 topics = None
         return BrokerStatus(running=pid is not None, pid=pid, bootstrap=self.bootstrap, topics=topics)
 
@@ -195,7 +196,7 @@ class LocalBroker:
             try:
                 topic_count(self.bootstrap, timeout=1.0)
                 return
-            except Exception as exc:  # not up yet
+            except KafkaException as exc:  # not up yet
                 last_error = exc
                 time.sleep(0.3)
         raise BrokerError(

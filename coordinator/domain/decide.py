@@ -21,9 +21,6 @@ from functools import singledispatch
 from coordinator.domain.errors import Rejected
 from coordinator.domain.events import (
     END_STATUSES,
-    INTERMEDIATE,
-    ROOT,
-    RUNNING,
     TABLE_KINDS,
     AcquireLease,
     Command,
@@ -34,14 +31,18 @@ from coordinator.domain.events import (
     Fact,
     GenerationStart,
     JobState,
+    JobStatus,
     LeaseState,
     RegisterJob,
     ReleaseLease,
     RequestRevision,
     SourceVersion,
+    TableKind,
     TableState,
     Tombstone,
     entity_key,
+    lease_key,
+    table_key,
 )
 from coordinator.domain.state import MetaState
 
@@ -70,7 +71,7 @@ def decide(state: MetaState, command: Command, now_ms: int) -> Decision:
 
 def expire_leases(state: MetaState, now_ms: int) -> list[Tombstone]:
     """Tombstones for every lease whose expiry has passed (the coordinator's timer calls this)."""
-    return [Tombstone(f"lease:{lid}") for lid, lease in sorted(state.leases.items()) if lease.expires_at_ms <= now_ms]
+    return [Tombstone(lease_key(lid)) for lid, lease in sorted(state.leases.items()) if lease.expires_at_ms <= now_ms]
 
 
 # -- validation helpers -------------------------------------------------------------------------
@@ -141,7 +142,7 @@ def _(cmd: DropTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
     if done:
         raise Rejected(f"table {cmd.name!r} holds data (barriers {done[0]}..{done[-1]} committed); only a table "
                        "that never committed a barrier can be dropped")
-    return [Tombstone(f"table:{cmd.name}")]
+    return [Tombstone(table_key(cmd.name))]
 
 
 @_decide.register
@@ -152,12 +153,12 @@ def _(cmd: RegisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]
         _table(state, source)
     for topic in cmd.external_topics:
         _check_token(f"topic of job {cmd.job_id!r}", topic)
-    if sink.kind == ROOT and (cmd.sources or not cmd.external_topics):
+    if sink.kind == TableKind.ROOT and (cmd.sources or not cmd.external_topics):
         raise Rejected(
             f"job {cmd.job_id!r} writes root table {cmd.sink!r}: a root job reads external topics only "
             f"(got sources {list(cmd.sources)}, topics {list(cmd.external_topics)})"
         )
-    if sink.kind == INTERMEDIATE and (not cmd.sources or cmd.external_topics):
+    if sink.kind == TableKind.INTERMEDIATE and (not cmd.sources or cmd.external_topics):
         raise Rejected(
             f"job {cmd.job_id!r} writes intermediate table {cmd.sink!r}: it reads other tables only "
             f"(got sources {list(cmd.sources)}, topics {list(cmd.external_topics)})"
@@ -192,7 +193,7 @@ def _(cmd: RegisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]
         cmd.sources,
         cmd.external_topics,
         cmd.sql,
-        RUNNING,
+        JobStatus.RUNNING,
         sink.generation,
         start_barrier=state.latest_exact(cmd.sink) or state.last_barrier(),
         restart_from_barrier=revised_from,
@@ -254,7 +255,7 @@ def _(cmd: AcquireLease, state: MetaState, now_ms: int) -> list[Fact | Tombstone
 def _(cmd: ReleaseLease, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
     if cmd.lease_id not in state.leases:
         raise Rejected(f"unknown lease {cmd.lease_id!r} (already released or expired)")
-    return [Tombstone(f"lease:{cmd.lease_id}")]
+    return [Tombstone(lease_key(cmd.lease_id))]
 
 
 @_decide.register

@@ -9,19 +9,30 @@ entity (``lockstep.registry``, ``.barriers``, ``.completions``, ``.leases``) or 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 # -- small value types ---------------------------------------------------------------------
 
-ROOT: Final = "root"
-INTERMEDIATE: Final = "intermediate"
-TABLE_KINDS: Final = (ROOT, INTERMEDIATE)
 
-RUNNING: Final = "RUNNING"
-FINISHED: Final = "FINISHED"
-FAILED: Final = "FAILED"
-CANCELED: Final = "CANCELED"
-END_STATUSES: Final = (FINISHED, FAILED, CANCELED)
+class TableKind(StrEnum):
+    """What feeds a table: Kafka topics (root) or other tables (intermediate)."""
+
+    ROOT = "root"
+    INTERMEDIATE = "intermediate"
+
+
+class JobStatus(StrEnum):
+    """A job's status; events carry the value (members compare equal to their strings)."""
+
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    CANCELED = "CANCELED"
+
+
+TABLE_KINDS: Final = tuple(TableKind)
+END_STATUSES: Final = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
 
 
 @dataclass(frozen=True)
@@ -161,7 +172,7 @@ class JobState:
     sources: tuple[str, ...] = ()
     external_topics: tuple[str, ...] = ()
     sql: str = ""
-    status: str = RUNNING
+    status: str = JobStatus.RUNNING
     generation: int = 0
     start_barrier: int = 0
     restart_from_barrier: int | None = None
@@ -246,19 +257,50 @@ EVENT_TYPES: Final[tuple[type, ...]] = (
 )
 
 
+def table_key(name: str) -> str:
+    return f"table:{name}"
+
+
+def job_key(job_id: str) -> str:
+    return f"job:{job_id}"
+
+
+def barrier_key(barrier: int) -> str:
+    return f"barrier:{barrier}"
+
+
+def completion_key(table: str, barrier: int) -> str:
+    return f"completion:{table}@{barrier}"
+
+
+def lease_key(lease_id: str) -> str:
+    return f"lease:{lease_id}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """``"completion:t@7"`` -> ``("completion", "t@7")``: the entity kind and its id.
+
+    >>> split_key(completion_key("t", 7)), split_key(table_key("shopping"))
+    (('completion', 't@7'), ('table', 'shopping'))
+    """
+    kind, _, ident = key.partition(":")
+    return kind, ident
+
+
 def entity_key(fact: Fact | Tombstone) -> str:
-    """The compaction key of a fact: ``table:<name>``, ``job:<id>``, ``barrier:<b>``, ..."""
+    """The compaction key of a fact: ``table:<name>``, ``job:<id>``, ``barrier:<b>``, ... (built
+    here and by the ``*_key`` functions above only)."""
     match fact:
         case TableState(name=name):
-            return f"table:{name}"
+            return table_key(name)
         case JobState(job_id=job_id):
-            return f"job:{job_id}"
+            return job_key(job_id)
         case BarrierAnnounced(barrier=b):
-            return f"barrier:{b}"
+            return barrier_key(b)
         case BarrierCompleted(table=table, barrier=b):
-            return f"completion:{table}@{b}"
+            return completion_key(table, b)
         case LeaseState(lease_id=lease_id):
-            return f"lease:{lease_id}"
+            return lease_key(lease_id)
         case Tombstone(key=key):
             return key
     raise TypeError(f"{type(fact).__name__} is not a state fact")

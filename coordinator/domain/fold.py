@@ -19,6 +19,7 @@ from coordinator.domain.events import (
     LeaseState,
     TableState,
     Tombstone,
+    split_key,
 )
 from coordinator.domain.state import MetaState
 
@@ -77,7 +78,7 @@ def _(fact: CommandOutcome, state: MetaState) -> MetaState:
 
 @_fold.register
 def _(fact: Tombstone, state: MetaState) -> MetaState:
-    kind, _, ident = fact.key.partition(":")
+    kind, ident = split_key(fact.key)
     if kind == "table":
         state.tables.pop(ident, None)
     elif kind == "job":

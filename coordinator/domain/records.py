@@ -35,7 +35,7 @@ def to_record(event: Any) -> Any:
 
 def from_record(cls: type[T], record: dict[str, Any]) -> T:
     """dict -> dataclass ``cls``; missing fields take the dataclass default."""
-    return _builder(cls)(record)
+    return typing.cast(T, _builder(typing.cast(type, cls))(record))
 
 
 Converter = Callable[[Any], Any]
@@ -71,5 +71,5 @@ def _converter(hint: Any) -> Converter | None:
             return tuple
         return lambda values: tuple(item(v) for v in values)
     if dataclasses.is_dataclass(hint):
-        return _builder(hint)
+        return _builder(typing.cast(type, hint))
     return None

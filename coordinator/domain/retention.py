@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.domain.events import RUNNING
+from coordinator.domain.events import JobStatus
 from coordinator.domain.state import MetaState
 
 
@@ -36,12 +36,14 @@ def versions_to_keep(state: MetaState, table: str, retain_barriers: int = 0) -> 
         keeps += [Keep(v.version, f"lease {lease.lease_id} of {lease.holder} holds it (barrier {lease.barrier})")
                   for v in lease.versions if v.table == table]
     for job in sorted(state.jobs.values(), key=lambda j: j.job_id):
-        if job.status != RUNNING or table not in job.sources:
+        if job.status != JobStatus.RUNNING or table not in job.sources:
             continue
         done = state.exact_points(job.sink)
-        last = state.completions[job.sink][max(done)] if done else None
+        if not done:
+            continue
+        last = state.completions[job.sink][max(done)]
         keeps += [Keep(v.version, f"job {job.job_id} reads the changes after it next (barrier {last.barrier})")
-                  for v in (last.source_versions if last else ()) if v.table == table]
+                  for v in last.source_versions if v.table == table]
     points = state.exact_points(table)
     if points:
         newest = max(points)

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from coordinator.domain.errors import Rejected, check_known
 from coordinator.domain.state import MetaState
 
-LEVELS = ("read-committed", "read-uncommitted", "repeatable-read")
+
+class ReadLevel(StrEnum):
+    """How a reader picks table versions (DESIGN.md's read levels); members compare equal to their names."""
+
+    READ_COMMITTED = "read-committed"  # every table at the newest barrier that is an exact point of all
+    REPEATABLE_READ = "repeatable-read"  # the same, plus a lease that keeps those versions from VACUUM
+    READ_UNCOMMITTED = "read-uncommitted"  # each table's newest version, no coordination
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,7 @@ class Snapshot:
 def resolve_snapshot(
     state: MetaState,
     tables: Sequence[str],
-    level: str = "read-committed",
+    level: str = ReadLevel.READ_COMMITTED,
     as_of_barrier: int | None = None,
     as_of_timestamp: int | None = None,
 ) -> Snapshot:
@@ -38,8 +45,8 @@ def resolve_snapshot(
 
     ``read-uncommitted`` returns no versions (None: read each table's latest Delta version).
     """
-    if level not in LEVELS:
-        raise Rejected(f"unknown read level {level!r}: use one of {', '.join(LEVELS)}")
+    if level not in tuple(ReadLevel):
+        raise Rejected(f"unknown read level {level!r}: use one of {', '.join(ReadLevel)}")
     if not tables:
         raise Rejected("name at least one table")
     check_known(tables, state.tables)
@@ -61,7 +68,7 @@ def resolve_snapshot(
                 raise Rejected(f"table {t!r} has no exact point at barrier {as_of_barrier}")
             versions[t] = points[as_of_barrier]
         return Snapshot(as_of_barrier, versions, _announced_at(state, as_of_barrier))
-    if level == "read-uncommitted":
+    if level == ReadLevel.READ_UNCOMMITTED:
         newest = [state.latest_exact(t) for t in tables]
         oldest = None if None in newest else min(b for b in newest if b is not None)
         return Snapshot(None, {t: None for t in tables}, _announced_at(state, oldest))

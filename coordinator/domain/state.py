@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 from coordinator.domain.events import (
     END_STATUSES,
-    RUNNING,
     BarrierAnnounced,
     BarrierCompleted,
     JobState,
+    JobStatus,
     LeaseState,
     TableState,
 )
@@ -175,7 +175,7 @@ class MetaState:
         barriers back, so one dead job never freezes the topology."""
         live = []
         for job in self.active_jobs():
-            if job.status != RUNNING:
+            if job.status != JobStatus.RUNNING:
                 continue
             last_seen = max(
                 [job.updated_at_ms, *(c.committed_at_ms for c in self.completions.get(job.sink, {}).values())]

@@ -71,7 +71,7 @@ def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int 
     """The barriers in ``(start, end]`` that ``job`` commits, with what it needs for each. A job
     more than ``stride`` barriers behind folds them into commits at multiples of ``stride``; a
     root job then reads from the cut of the barrier it processed before."""
-    out = []
+    out: list[BarrierWork] = []
     previous = start
     points = {s: state.exact_points(s) for s in job.sources}  # empty for root jobs
     restore = _restore_point(state, job) if job.external_topics and start == job.resume_barrier else None

@@ -21,7 +21,7 @@ from faust.web import Request, Response, View
 
 from coordinator.client.topics import Topics, ensure_topics
 from coordinator.domain.errors import Rejected
-from coordinator.domain.snapshot import resolve_snapshot
+from coordinator.domain.snapshot import ReadLevel, resolve_snapshot
 from coordinator.settings import Settings
 from coordinator.stream import views
 from coordinator.stream.coordinator import TICK_MS, Coordinator
@@ -167,7 +167,7 @@ def create_app(settings: Settings) -> LockstepApp:
                 snap = resolve_snapshot(
                     coordinator().state,
                     names,
-                    request.query.get("level", "read-committed"),
+                    request.query.get("level", ReadLevel.READ_COMMITTED),
                     _int_param(request, "as_of_barrier", None),
                     _int_param(request, "as_of_timestamp", None),
                 )

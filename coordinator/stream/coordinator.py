@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from confluent_kafka import IsolationLevel, Producer, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from coordinator.client.clock import now_ms
@@ -33,6 +33,7 @@ from coordinator.domain import (
     expire_leases,
 )
 from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
+from coordinator.domain.events import split_key
 from coordinator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class Coordinator:
         self.barrier_config = barrier_config or settings.barriers
         self.codec = default_codec(settings.schemas)
         self.follower = StateFollower(settings, topics)
-        self.producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "linger.ms": 0}))
+        self.producer = Producer(settings.kafka_config({"enable.idempotence": True, "linger.ms": 0}))
         self.admin = AdminClient(settings.kafka_config())
         self.counters = Counters()
         self._due: int | None = None  # when the next barrier is due (None: held back)
@@ -92,7 +93,7 @@ class Coordinator:
             case CommandOutcome():
                 return self.topics.outcomes
             case Tombstone(key=key):
-                kind = key.partition(":")[0]
+                kind = split_key(key)[0]
                 return {"table": self.topics.registry, "job": self.topics.registry, "lease": self.topics.leases,
                         "barrier": self.topics.barriers, "completion": self.topics.completions}[kind]
         raise TypeError(f"no topic for {type(fact).__name__}")
@@ -102,7 +103,7 @@ class Coordinator:
         marks: dict[str, int] = {}
         errors: list[str] = []
 
-        def delivered(err, msg) -> None:  # noqa: ANN001 - confluent callback
+        def delivered(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 errors.append(str(err))
             else:

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from coordinator.domain.errors import ExitCode, LockstepError, Unreachable
+from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
 from lockstep.cli.common import delay_tables
 
@@ -50,7 +51,7 @@ def demo(ctx: click.Context, seconds: float, warmup: float, rate: int, users: in
     console.print(level_table(result.stats, title=f"summary: {result.seconds:.0f} s, {result.purchases:,} purchases"))
     for table in delay_tables(result.delays, "this run's barriers") if result.delays else ():
         console.print(table)
-    rc, rr, ru = (result.stats[level] for level in ("read-committed", "repeatable-read", "read-uncommitted"))
+    rc, rr, ru = (result.stats[level] for level in ReadLevel)
     click.echo(f"read-uncommitted: {ru.anomalous_reads} of {ru.reads} reads returned numbers that never existed "
                f"({ru.anomalous_rows} rows); allowed at that level")
     if result.interrupted:

@@ -14,6 +14,7 @@ from coordinator.domain import (
     ReleaseLease,
     RequestRevision,
 )
+from coordinator.domain.events import END_STATUSES, TableKind
 from lockstep.cli.common import send, split_csv
 
 
@@ -32,7 +33,7 @@ def emit_group(ctx: click.Context, timeout: float, request_id: str | None) -> No
 
 @emit_group.command("declare-table")
 @click.argument("name")
-@click.option("--kind", type=click.Choice(["root", "intermediate"]), required=True)
+@click.option("--kind", type=click.Choice([kind.value for kind in TableKind]), required=True)
 @click.option("--primary-key", help="Comma-separated key columns (an upsert table).")
 @click.option("--schema", default="", help="Column DDL, e.g. 'user_id BIGINT, amount BIGINT'.")
 @click.pass_context
@@ -56,7 +57,7 @@ def emit_register_job(ctx: click.Context, job_id: str, sink: str, sources: str |
 
 @emit_group.command("deregister-job")
 @click.argument("job_id")
-@click.option("--status", type=click.Choice(["FINISHED", "FAILED", "CANCELED"]), required=True)
+@click.option("--status", type=click.Choice([status.value for status in END_STATUSES]), required=True)
 @click.option("--reason", default="")
 @click.pass_context
 def emit_deregister_job(ctx: click.Context, job_id: str, status: str, reason: str) -> None:

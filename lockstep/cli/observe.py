@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.domain.errors import LockstepError
+from coordinator.domain.events import JobStatus, TableKind
 from coordinator.settings import Settings
 from lockstep.cli.common import delay_tables, fetch
 
@@ -25,7 +26,7 @@ def topology(settings: Settings, fmt: str) -> None:
     elif fmt == "dot":
         click.echo("digraph lockstep {")
         for name, t in body["tables"].items():
-            click.echo(f'  "{name}" [shape={"box" if t["kind"] == "root" else "ellipse"}];')
+            click.echo(f'  "{name}" [shape={"box" if t["kind"] == TableKind.ROOT else "ellipse"}];')
         for job, j in body["jobs"].items():
             for source in j["sources"]:
                 click.echo(f'  "{source}" -> "{j["sink"]}" [label="{job}"];')
@@ -36,7 +37,7 @@ def topology(settings: Settings, fmt: str) -> None:
         table = Table("table", "kind", "writer", "generation", "reads")
         reads: dict[str, list[str]] = {}
         for j in body["jobs"].values():
-            if j["status"] == "RUNNING":
+            if j["status"] == JobStatus.RUNNING:
                 reads[j["sink"]] = j["sources"] + [f"kafka:{t}" for t in j["external_topics"]]
         for name, t in body["tables"].items():
             table.add_row(name, t["kind"], t["writer"] or "-", str(t["generation"]), ", ".join(reads.get(name, [])))
@@ -80,7 +81,7 @@ def barriers_tail(settings: Settings, from_beginning: bool, count: int | None) -
     from coordinator.codec import DecodeError, default_codec
 
     codec = default_codec(settings.schemas)
-    consumer = Consumer(settings.kafka_config(**{"group.id": "lockstep-tail", "enable.auto.commit": False, "log_level": 3}))
+    consumer = Consumer(settings.kafka_config({"group.id": "lockstep-tail", "enable.auto.commit": False, "log_level": 3}))
     start = OFFSET_BEGINNING if from_beginning else OFFSET_END
     consumer.assign([TopicPartition(Topics(settings.topic_prefix).barriers, 0, start)])
     seen = 0

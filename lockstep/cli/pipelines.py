@@ -13,6 +13,7 @@ import click
 from coordinator.client.commands import new_request_id
 from coordinator.domain import DeregisterJob, RequestRevision
 from coordinator.domain.errors import Rejected
+from coordinator.domain.events import JobStatus, split_key
 from coordinator.settings import Settings
 from lockstep.cli.common import fetch, load, send
 
@@ -83,8 +84,8 @@ def stop_job(settings: Settings, job: str, cancel: bool, reason: str | None, tim
     """
     topology_now = fetch(settings, "/topology")
     if job not in topology_now["jobs"]:  # a table: its running writer (a CTAS table may still be pending)
-        job = next((j for j, v in topology_now["jobs"].items() if v["sink"] == job and v["status"] == "RUNNING"), job)
-    status = "CANCELED" if cancel else "FINISHED"
+        job = next((j for j, v in topology_now["jobs"].items() if v["sink"] == job and v["status"] == JobStatus.RUNNING), job)
+    status = JobStatus.CANCELED if cancel else JobStatus.FINISHED
     if reason is None:
         reason = f"lockstep stop by {getpass.getuser()}@{socket.gethostname()} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
     send(settings, DeregisterJob(new_request_id(), job, status, reason), timeout)
@@ -115,7 +116,7 @@ def revise(settings: Settings, table: str, barrier: int | None, full: bool, time
     if (barrier is None) == (not full):
         raise click.UsageError("give --to-barrier B or --full (one of them)")
     outcome = send(settings, RequestRevision(new_request_id(), table, 0 if full else barrier, full), timeout)
-    closure = [k.partition(":")[2] for k in outcome.keys if k.startswith("table:")]
+    closure = [ident for kind, ident in map(split_key, outcome.keys) if kind == "table"]
     start = "from scratch" if full else f"from barrier {barrier}"
     click.echo(f"revising {', '.join(closure)} {start}; their running jobs switch to the new generation")
 

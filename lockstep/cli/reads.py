@@ -12,10 +12,11 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.domain.errors import LockstepError, Unreachable, check_known
+from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
 from lockstep.cli.common import fetch, parse_when
 
-LEVEL_CHOICE = click.Choice(["read-committed", "repeatable-read", "read-uncommitted"])
+LEVEL_CHOICE = click.Choice([level.value for level in ReadLevel])
 
 
 class QueryError(LockstepError):
@@ -24,7 +25,7 @@ class QueryError(LockstepError):
 
 @click.command()
 @click.argument("sql")
-@click.option("--consistency", type=LEVEL_CHOICE, default="read-committed", show_default=True,
+@click.option("--consistency", type=LEVEL_CHOICE, default=ReadLevel.READ_COMMITTED.value, show_default=True,
               help="Read level (see README / DESIGN.md).")
 @click.option("--as-of-barrier", type=click.IntRange(1), help="Read every table at this barrier's exact point.")
 @click.option("--as-of-timestamp", help="Read at the newest barrier announced at or before this time "

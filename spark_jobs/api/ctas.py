@@ -17,6 +17,8 @@ from coordinator.client.commands import emit, new_request_id
 from coordinator.client.state import read_state
 from coordinator.domain import DeregisterJob, MetaState
 from coordinator.domain.errors import LockstepError
+from coordinator.domain.events import JobStatus, TableKind
+from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
 from spark_jobs.ops.runner import Supervisor, register_pipeline
 from spark_jobs.planning.pipeline import DerivedTable, Pipeline, RootTable, tables_read
@@ -44,7 +46,7 @@ class ContinuousQuery:
     sql: str
     settings: Settings = field(default_factory=Settings.from_env)
 
-    def frame(self, consistency: str = "read-committed") -> DataFrame:
+    def frame(self, consistency: str = ReadLevel.READ_COMMITTED) -> DataFrame:
         from spark_jobs.api.reads import open_snapshot, referenced_tables
 
         snapshot = open_snapshot(self.spark, referenced_tables(self.sql), consistency, settings=self.settings)
@@ -130,7 +132,7 @@ class MaintainedTable:
 
     def stop(self, cancel: bool = False) -> None:
         """End the job (FINISHED, or CANCELED with ``cancel``); the table keeps what it has."""
-        status = "CANCELED" if cancel else "FINISHED"
+        status = JobStatus.CANCELED if cancel else JobStatus.FINISHED
         emit(self.supervisor.settings, DeregisterJob(new_request_id(), self.job_id, status, "MaintainedTable.stop"))
         self._stop.set()
         self._thread.join(30)
@@ -140,7 +142,7 @@ class MaintainedTable:
 def _known_pipeline(state: MetaState, new: DerivedTable) -> Pipeline:
     """The tables the coordinator knows, as a pipeline, so the new table's plan knows its
     sources' keys: roots with their primary keys, derived tables with their writers' queries."""
-    roots = tuple(RootTable(t.name, (), "", primary_key=t.primary_key) for t in state.tables.values() if t.kind == "root")
+    roots = tuple(RootTable(t.name, (), "", primary_key=t.primary_key) for t in state.tables.values() if t.kind == TableKind.ROOT)
     writers = sorted((j for j in state.jobs.values() if j.sql and j.sink != new.name), key=lambda j: j.registered_at_ms)
     derived = tuple(DerivedTable(j.sink, j.sql, j.sources) for j in writers)
     return Pipeline(roots, (*derived, new))

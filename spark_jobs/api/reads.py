@@ -38,13 +38,13 @@ from coordinator.client.commands import CommandClient, new_request_id
 from coordinator.client.rest import get_json
 from coordinator.domain import AcquireLease, ReleaseLease
 from coordinator.domain.errors import LockstepError, Unreachable
-from coordinator.domain.snapshot import LEVELS
+from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
 from spark_jobs.api.lineage import is_meta_table, register_lineage_views
 from spark_jobs.planning.pipeline import tables_read
+from spark_jobs.planning.plans import HIDDEN
 from spark_jobs.runtime.delta_log import latest_version, read_version
 
-HIDDEN = "__lockstep_"
 _clients: dict[tuple[str, str], CommandClient] = {}
 
 
@@ -177,7 +177,7 @@ class ConsistentSnapshot:
 def open_snapshot(
     spark: SparkSession,
     tables: Sequence[str] | None = None,
-    consistency: str = "read-committed",
+    consistency: str = ReadLevel.READ_COMMITTED,
     as_of_barrier: int | None = None,
     as_of_timestamp: int | None = None,
     settings: Settings | None = None,
@@ -190,8 +190,8 @@ def open_snapshot(
     unreachable coordinator (naming its URL).
     """
     settings = settings or Settings.from_env()
-    if consistency not in LEVELS:
-        raise SnapshotError(f"unknown consistency {consistency!r}: use one of {', '.join(LEVELS)}")
+    if consistency not in tuple(ReadLevel):
+        raise SnapshotError(f"unknown consistency {consistency!r}: use one of {', '.join(ReadLevel)}")
     try:
         names = list(tables) if tables is not None else list(get_json(settings, "/topology")["tables"])
         query: dict[str, Any] = {"tables": ",".join(names), "level": consistency}
@@ -206,7 +206,7 @@ def open_snapshot(
         raise SnapshotError(answer["error"])
     snapshot = ConsistentSnapshot(spark, settings, consistency, answer["barrier"], answer["versions"],
                                   answer.get("data_ts_ms"), lease_ttl_ms=lease_ttl_ms)
-    if consistency == "repeatable-read" and as_of_barrier is None and as_of_timestamp is None:
+    if consistency == ReadLevel.REPEATABLE_READ and as_of_barrier is None and as_of_timestamp is None:
         snapshot.lease_id = f"rr-{uuid.uuid4().hex[:12]}"
         snapshot._acquire()
         snapshot._renewer = threading.Thread(target=snapshot._renew, name=f"lease-{snapshot.lease_id}", daemon=True)

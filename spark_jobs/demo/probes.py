@@ -19,6 +19,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from coordinator.domain.delays import percentile
+from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
 from spark_jobs.api.reads import CoordinatorUnreachable, SnapshotError, open_snapshot
 from spark_jobs.demo.datagen import unit_price
@@ -26,7 +27,6 @@ from spark_jobs.demo.datagen import unit_price
 TABLES = ("user_item_amount", "user_item_price")
 FLIP_JOIN = ("SELECT a.user_id, a.item_id, a.total_amount, p.total_price, p.total_price / a.total_amount AS avg_price "
              "FROM user_item_amount a JOIN user_item_price p ON a.user_id = p.user_id AND a.item_id = p.item_id")
-LEVELS = ("read-committed", "repeatable-read", "read-uncommitted")
 MEMO_SIZE = 16  # sets of versions whose rows a memoising Prober keeps
 
 
@@ -69,7 +69,7 @@ class Prober:
     spark: SparkSession
     settings: Settings
     memo: bool = False
-    stats: dict[str, LevelStats] = field(default_factory=lambda: {level: LevelStats() for level in LEVELS})
+    stats: dict[str, LevelStats] = field(default_factory=lambda: {level: LevelStats() for level in ReadLevel})
     evaluated: int = 0
     _memo: dict[tuple[tuple[str, int | None], ...], list[Any]] = field(default_factory=dict)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from coordinator.client.commands import emit, new_request_id
 from coordinator.client.rest import get_json
 from coordinator.domain import DropTable
+from coordinator.domain.events import JobStatus
 from coordinator.settings import Settings
 from spark_jobs.ops.hooks import JobEvent, JobHooks
 
@@ -26,7 +27,7 @@ class CtasCleanup(JobHooks):
     report: Callable[[str], None] = lambda message: None
 
     def on_failed(self, event: JobEvent) -> None:
-        if event.status != "RUNNING":  # RUNNING: the Supervisor restarts it, the table may still come
+        if event.status != JobStatus.RUNNING:  # RUNNING: the Supervisor restarts it, the table may still come
             self._drop_if_never_created(event)
 
     def on_canceled(self, event: JobEvent) -> None:

@@ -22,7 +22,7 @@ from coordinator.client.state import StateReader, read_state
 from coordinator.client.topics import Topics
 from coordinator.domain import Command, DeclareTable, DeregisterJob, JobState, RegisterJob
 from coordinator.domain.errors import Rejected
-from coordinator.domain.events import CANCELED, END_STATUSES, FAILED, FINISHED, RUNNING
+from coordinator.domain.events import END_STATUSES, JobStatus, TableKind
 from coordinator.domain.work import BarrierWork
 from coordinator.settings import Settings
 from spark_jobs.ops.ctas_cleanup import CtasCleanup
@@ -43,8 +43,8 @@ def register_pipeline(settings: Settings, pipeline: Pipeline, timeout: float = 3
     skip = _existing_elsewhere(settings, pipeline)
     pipeline = pipeline.without(skip)
     commands: list[Command] = [
-        DeclareTable(new_request_id(), t.name, "root", t.primary_key, t.schema_ddl) for t in pipeline.roots
-    ] + [DeclareTable(new_request_id(), t.name, "intermediate", ctas=True) for t in pipeline.derived if t.declared_here]
+        DeclareTable(new_request_id(), t.name, TableKind.ROOT, t.primary_key, t.schema_ddl) for t in pipeline.roots
+    ] + [DeclareTable(new_request_id(), t.name, TableKind.INTERMEDIATE, ctas=True) for t in pipeline.derived if t.declared_here]
     commands += [RegisterJob(new_request_id(), j.job_id, j.sink, j.sources, j.external_topics, j.sql) for j in pipeline.jobs]
     for command in commands:
         outcome = emit(settings, command, timeout)
@@ -160,7 +160,7 @@ class Supervisor:
     def start(self) -> None:
         for job in select_jobs(self.pipeline, self.only):
             self.queries[job.job_id] = start_job(self.spark, self.pipeline, job, self.settings)
-            self._tell("on_created", JobEvent(job.job_id, job.sink, RUNNING))
+            self._tell("on_created", JobEvent(job.job_id, job.sink, JobStatus.RUNNING))
 
     def poll(self) -> None:
         """Stop jobs that were ended, notice failed ones and restart those whose backoff has passed."""
@@ -181,7 +181,7 @@ class Supervisor:
                 delay = min(self.max_backoff, 2.0 ** (self.failures[job_id] - 1))
                 self._retry_at[job_id] = now + delay
                 self.report(f"job {job_id} failed (the others keep running); restart in {delay:.0f} s: {first_line}")
-                self._tell("on_failed", JobEvent(job_id, job.sink, RUNNING, error=first_line))
+                self._tell("on_failed", JobEvent(job_id, job.sink, JobStatus.RUNNING, error=first_line))
             elif now >= self._retry_at[job_id]:
                 del self._retry_at[job_id]
                 try:
@@ -194,16 +194,16 @@ class Supervisor:
     def _give_up(self, job: Job, error: str) -> None:
         """Record a job that failed more than ``max_restarts`` times as FAILED and let it be."""
         del self.queries[job.job_id]
-        self.ended[job.job_id] = FAILED
+        self.ended[job.job_id] = JobStatus.FAILED
         reason = f"failed {self.failures[job.job_id]} time(s): {error}"[:500]
         try:
-            outcome = emit(self.settings, DeregisterJob(new_request_id(), job.job_id, FAILED, reason))
+            outcome = emit(self.settings, DeregisterJob(new_request_id(), job.job_id, JobStatus.FAILED, reason))
             if not outcome.accepted:
                 self.report(f"could not record job {job.job_id} as FAILED: {outcome.reason}")
         except Exception as exc:  # noqa: BLE001 - the job stays stopped here either way
             self.report(f"could not record job {job.job_id} as FAILED: {exc}")
         self.report(f"job {job.job_id} gave up after {self.failures[job.job_id]} failure(s) (FAILED): {error}")
-        self._tell("on_failed", JobEvent(job.job_id, job.sink, FAILED, reason, error))
+        self._tell("on_failed", JobEvent(job.job_id, job.sink, JobStatus.FAILED, reason, error))
 
     def _ended_jobs(self, now: float) -> list[JobState]:
         """This process's jobs the coordinator records as ended (read at most once a second)."""
@@ -222,7 +222,7 @@ class Supervisor:
     def _end(self, job: JobState) -> None:
         query = self.queries.pop(job.job_id)
         self._retry_at.pop(job.job_id, None)
-        if job.status == FINISHED:  # no new barrier is offered to it; let the one in progress commit
+        if job.status == JobStatus.FINISHED:  # no new barrier is offered to it; let the one in progress commit
             deadline = time.monotonic() + self.finish_timeout
             while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -230,7 +230,7 @@ class Supervisor:
         self.ended[job.job_id] = job.status
         why = f": {job.reason}" if job.reason else ""
         self.report(f"job {job.job_id} stopped ({job.status}{why})")
-        hook = {FINISHED: "on_finished", CANCELED: "on_canceled"}.get(job.status, "on_failed")
+        hook = {JobStatus.FINISHED: "on_finished", JobStatus.CANCELED: "on_canceled"}.get(job.status, "on_failed")
         self._tell(hook, JobEvent(job.job_id, job.sink, job.status, job.reason))
 
     def _tell(self, hook: str, event: JobEvent) -> None:

@@ -17,7 +17,7 @@ Example::
 
     >>> shapes = {"shopping": TableShape(key=("user_id", "item_id"), append_only=False)}
     >>> plan = plan_query("SELECT user_id, SUM(amount) AS total FROM shopping GROUP BY user_id", shapes)
-    >>> plan.kind, plan.key
+    >>> str(plan.kind), plan.key
     ('aggregate', (0,))
     >>> plan_query("SELECT user_id FROM shopping ORDER BY user_id", shapes).reason
     'ORDER BY / LIMIT: the result is not a set of rows that changes can be applied to'
@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypedDict
 
 import sqlglot
 from sqlglot import exp
@@ -71,13 +73,38 @@ class Aggregate:
         return {}
 
 
+class PlanKind(StrEnum):
+    """How a table is maintained: incrementally in one of four shapes, or recomputed."""
+
+    PROJECTION = "projection"
+    AGGREGATE = "aggregate"
+    JOIN = "join"
+    JOIN_AGGREGATE = "join_aggregate"
+    FULL_REFRESH = "full_refresh"
+
+
+class PlanParts(TypedDict, total=False):
+    """What a shape's planner contributes to a ``Plan`` (the fields of the same names)."""
+
+    kind: PlanKind
+    reason: str
+    key: tuple[int | str, ...] | None
+    append_only: bool
+    inserts_only: bool
+    group_positions: tuple[int, ...]
+    aggregates: tuple[Aggregate, ...]
+    change_query: str
+    full_query: str
+    join_columns: Mapping[str, tuple[str, ...]]
+
+
 @dataclass(frozen=True)
 class Plan:
     """The maintenance plan of one query. ``kind`` is projection, aggregate, join,
     join_aggregate or full_refresh. ``key`` identifies a result row: select positions (named
     at run time from the result's schema) or column names (``SELECT *``)."""
 
-    kind: str
+    kind: PlanKind
     reason: str
     query: str
     sources: tuple[str, ...] = ()
@@ -95,7 +122,7 @@ class Plan:
 
     @property
     def incremental(self) -> bool:
-        return self.kind != "full_refresh"
+        return self.kind != PlanKind.FULL_REFRESH
 
     def explain(self) -> str:
         if not self.incremental:
@@ -115,7 +142,7 @@ def plan_query(query: str, shapes: Mapping[str, TableShape]) -> Plan:
     try:
         return _plan(tree, shapes, sources)
     except Unsupported as exc:
-        return Plan("full_refresh", str(exc), query, sources=sources)
+        return Plan(PlanKind.FULL_REFRESH, str(exc), query, sources=sources)
 
 
 def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple[str, ...]) -> Plan:
@@ -232,7 +259,7 @@ def _with_weight(tree: exp.Select, columns: list[exp.Expression], weight: str) -
     return change.sql(dialect="spark")
 
 
-def _aggregate_parts(tree: exp.Select, items: list[exp.Expression], weight: str) -> dict:
+def _aggregate_parts(tree: exp.Select, items: list[exp.Expression], weight: str) -> PlanParts:
     group = list(tree.args["group"].expressions) if tree.args.get("group") else []
     if not group:
         raise Unsupported("an aggregate without GROUP BY (a single global row) is not maintained incrementally")
@@ -243,13 +270,8 @@ def _aggregate_parts(tree: exp.Select, items: list[exp.Expression], weight: str)
     full = tree.copy()
     extra = [f"COUNT(*) AS {ROWS}"] + [f"{sql} AS {name}" for i, a in enumerate(aggregates) for name, sql in a.hidden(i).items()]
     full.set("expressions", [*full.expressions, *(exp.maybe_parse(e, dialect="spark") for e in extra)])
-    return {
-        "group_positions": positions,
-        "aggregates": aggregates,
-        "key": positions,
-        "change_query": _with_weight(tree, columns, weight),
-        "full_query": full.sql(dialect="spark"),
-    }
+    return PlanParts(group_positions=positions, aggregates=aggregates, key=positions,
+                     change_query=_with_weight(tree, columns, weight), full_query=full.sql(dialect="spark"))
 
 
 def _selected(items: list[exp.Expression], table_aliases: set[str], columns: tuple[str, ...]) -> tuple[int, ...] | None:
@@ -269,11 +291,12 @@ def _names(aggregates: tuple[Aggregate, ...]) -> str:
     return ", ".join(a.func.upper().replace("_STAR", "(*)").replace("_DISTINCT", "(DISTINCT)") for a in aggregates)
 
 
-def _single_plan(tree: exp.Select, items: list[exp.Expression], shape: TableShape, grouped: bool, source: str) -> dict:
+def _single_plan(tree: exp.Select, items: list[exp.Expression], shape: TableShape, grouped: bool, source: str) -> PlanParts:
     if grouped:
         parts = _aggregate_parts(tree, items, WEIGHT)
-        return {"kind": "aggregate", "reason": f"apply each barrier's changes of {source} (Delta change data feed) "
-                f"to the changed groups only [{_names(parts['aggregates'])}]", "inserts_only": shape.append_only, **parts}
+        return PlanParts(parts, kind=PlanKind.AGGREGATE, inserts_only=shape.append_only,
+                         reason=f"apply each barrier's changes of {source} (Delta change data feed) "
+                                f"to the changed groups only [{_names(parts['aggregates'])}]")
     star = any(isinstance(i, exp.Star) for i in items)
     key: tuple[int | str, ...] | None = None
     if shape.key is not None:
@@ -283,12 +306,13 @@ def _single_plan(tree: exp.Select, items: list[exp.Expression], shape: TableShap
         raise Unsupported(f"{source} {why} and may update or delete rows: changed rows could not be found in the result")
     how = "appended (the source only grows)" if key is None else "applied by the source's key"
     change = tree.sql(dialect="spark") if star else _with_weight(tree, items, WEIGHT)  # * includes the weight
-    return {"kind": "projection", "reason": f"changes of {source} (Delta change data feed) filtered, projected and {how}",
-            "key": key, "append_only": key is None, "inserts_only": shape.append_only, "change_query": change}
+    return PlanParts(kind=PlanKind.PROJECTION,
+                     reason=f"changes of {source} (Delta change data feed) filtered, projected and {how}",
+                     key=key, append_only=key is None, inserts_only=shape.append_only, change_query=change)
 
 
 def _join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, str],
-               shapes: Mapping[str, TableShape], join: tuple, grouped: bool) -> dict:
+               shapes: Mapping[str, TableShape], join: tuple, grouped: bool) -> PlanParts:
     left, right, columns, side = join
     alias_of = {t: a for a, t in aliases.items()}
     weight = f"{alias_of[left]}.{WEIGHT} * COALESCE({alias_of[right]}.{WEIGHT}, 1)"
@@ -296,8 +320,8 @@ def _join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str,
            "join key changed are recomputed from both sides' Delta snapshots before and after the barrier")
     if grouped:
         parts = _aggregate_parts(tree, items, weight)
-        return {"kind": "join_aggregate", "reason": f"{how}, then their groups updated [{_names(parts['aggregates'])}]",
-                "join_columns": columns, **parts}
+        return PlanParts(parts, kind=PlanKind.JOIN_AGGREGATE, join_columns=columns,
+                         reason=f"{how}, then their groups updated [{_names(parts['aggregates'])}]")
     if any(isinstance(i, exp.Star) for i in items):
         raise Unsupported("SELECT * over a join: name the columns")
     key: tuple[int | str, ...] | None = ()
@@ -309,8 +333,8 @@ def _join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str,
     if key is None and not both_grow:
         raise Unsupported("the join's result has no key (select the key columns of both tables) and its inputs "
                           "may change rows, so changed rows could not be found in the result")
-    return {"kind": "join", "reason": how, "key": key, "append_only": key is None,
-            "change_query": _with_weight(tree, items, weight), "join_columns": columns}
+    return PlanParts(kind=PlanKind.JOIN, reason=how, key=key, append_only=key is None,
+                     change_query=_with_weight(tree, items, weight), join_columns=columns)
 
 
 def output_key(plan: Plan, names: list[str]) -> tuple[str, ...] | None:

@@ -216,7 +216,7 @@ class CompletionPublisher:
         self.topic = Topics(settings.topic_prefix).completions
         self.crash_at = settings.crash_at
         self.codec = default_codec(settings.schemas)
-        self.producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "linger.ms": 0}))
+        self.producer = Producer(settings.kafka_config({"enable.idempotence": True, "linger.ms": 0}))
 
     def publish(
         self,

@@ -24,7 +24,7 @@ def test_home_moves_warehouse_and_jars_unless_they_are_set() -> None:
 def test_kafka_passthrough_maps_variable_names_to_client_keys() -> None:
     env = {"LOCKSTEP_KAFKA_SASL_MECHANISM": "PLAIN", "LOCKSTEP_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "OTHER": "1"}
     assert kafka_passthrough(env) == {"sasl.mechanism": "PLAIN", "security.protocol": "SASL_SSL"}
-    config = Settings.from_env(env).kafka_config(**{"group.id": "g"})
+    config = Settings.from_env(env).kafka_config({"group.id": "g"})
     assert config == {
         "bootstrap.servers": "127.0.0.1:9092",
         "sasl.mechanism": "PLAIN",

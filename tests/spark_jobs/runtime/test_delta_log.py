@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.runtime.delta_log import newest_commit, read_version, table_bytes, version_files
 
 pytestmark = [pytest.mark.integration]
 
 
-def _rows(frame) -> list[tuple]:  # noqa: ANN001 - pyspark DataFrame
+def _rows(frame: DataFrame) -> list[tuple]:
     return sorted(tuple(r) for r in frame.collect())
 
 
