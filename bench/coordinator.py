@@ -21,12 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from coordinator.dev.broker import LocalBroker
-
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierAnnounced, BarrierCompleted, JobState, TableState, entity_key, fold_all
 from coordinator.settings import Settings
+
+if TYPE_CHECKING:
+    from coordinator.dev.broker import LocalBroker
 
 ROOT = Path(__file__).resolve().parents[1]
 
