@@ -1,6 +1,8 @@
-"""Coordinator benchmarks: fold throughput, replay of 1M events, /snapshot latency, command round trip.
+"""Coordinator benchmarks: fold throughput, replay of 1M events, /snapshot latency, command round
+trip, and how the state's costs grow over simulated time with pruning (retention).
 
-Usage: python -m bench.coordinator {fold,replay,snapshot,commands} [--events N] [--requests N]
+Usage: python -m bench.coordinator {fold,replay,snapshot,commands,retention} [--events N] [--requests N]
+       [--barriers N] [--tables N] [--retain N]
 """
 
 from __future__ import annotations
@@ -242,14 +244,84 @@ def bench_snapshot(requests: int) -> None:
               f"(p50 ratio to /health {statistics.median(snap) / statistics.median(health):.2f})")
 
 
+def bench_retention(barriers: int, tables: int, retain: int) -> None:
+    """Fold a simulated run (a barrier a second, a completion per table per barrier, the leader
+    pruning every 5 s) and measure, after one simulated hour and at the end: state records, the
+    replay (fold of every record), a barrier tick (plan_barrier) and a read-committed /snapshot
+    resolution. The hour is the baseline the end is compared with; without pruning, the hour's
+    figures are printed too."""
+    from coordinator.domain import MetaState, fold
+    from coordinator.domain.barriers import BarrierConfig, plan_barrier
+    from coordinator.domain.events import CutEntry
+    from coordinator.domain.pruning import prunable
+    from coordinator.domain.snapshot import resolve_snapshot
+
+    names = [f"t{i}" for i in range(tables)]
+    config = BarrierConfig(interval_ms=1000, max_inflight=10**9)
+
+    def measure(state: MetaState) -> dict[str, float]:
+        records = [*state.tables.values(), *state.jobs.values(), *state.barriers.values(),
+                   *(c for by_b in state.completions.values() for c in by_b.values())]
+        replay = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fold_all(records)
+            replay.append(time.perf_counter() - t0)
+        now = state.last_barrier() * 1000 + 1000
+        cut = [CutEntry("src", 0, state.last_barrier())]
+        tick, snap = [], []
+        for _ in range(200):
+            t0 = time.perf_counter()
+            plan_barrier(state, now, cut, config)
+            t1 = time.perf_counter()
+            resolve_snapshot(state, names)
+            t2 = time.perf_counter()
+            tick.append(t1 - t0)
+            snap.append(t2 - t1)
+        return {"records": state.records(), "replay_ms": statistics.median(replay) * 1000,
+                "tick_ms": statistics.median(tick) * 1000, "snapshot_ms": statistics.median(snap) * 1000}
+
+    def simulate(until: int, prune: bool, marks: set[int]) -> dict[int, dict[str, float]]:
+        state = fold_all([TableState(t, "root") for t in names] +
+                         [JobState(f"j_{t}", t, external_topics=("src",)) for t in names])
+        out: dict[int, dict[str, float]] = {}
+        started = time.perf_counter()
+        for b in range(1, until + 1):
+            state = fold(state, BarrierAnnounced(b, b * 1000, (CutEntry("src", 0, b),)))
+            for t in names:
+                state = fold(state, BarrierCompleted(f"j_{t}", t, b, 0, b, committed_at_ms=b * 1000 + 300))
+            if prune and b % 5 == 0:
+                for tombstone in prunable(state, retain):
+                    state = fold(state, tombstone)
+            if b in marks:
+                out[b] = measure(state)
+                print(f"  {'pruned' if prune else 'unpruned'} barrier {b:>9,}: {out[b]['records']:>9,.0f} records, "
+                      f"simulated in {time.perf_counter() - started:6.1f} s", flush=True)
+        return out
+
+    hour = min(3600, barriers)
+    print(f"simulating {barriers:,} barriers x {tables} tables, retention {retain} barriers")
+    unpruned = simulate(hour, prune=False, marks={hour})[hour]
+    pruned = simulate(barriers, prune=True, marks={hour, barriers})
+    base, end = pruned[hour], pruned[barriers]
+    print(f"{'':24}{'1 h, unpruned':>16}{'1 h, pruned':>14}{'end, pruned':>14}{'end / 1 h':>11}")
+    for key, label in (("records", "state records"), ("replay_ms", "replay (ms)"), ("tick_ms", "barrier tick (ms)"),
+                       ("snapshot_ms", "/snapshot resolve (ms)")):
+        print(f"{label:24}{unpruned[key]:16,.3f}{base[key]:14,.3f}{end[key]:14,.3f}{end[key] / base[key]:11.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["fold", "replay", "snapshot", "commands"])
+    parser.add_argument("which", choices=["fold", "replay", "snapshot", "commands", "retention"])
     parser.add_argument("--events", type=int, default=1_000_000, help="events for fold/replay (default 1,000,000)")
     parser.add_argument("--requests", type=int, default=2000, help="requests for snapshot (default 2000) and commands")
+    parser.add_argument("--barriers", type=int, default=604_800, help="retention: simulated barriers (a week at 1/s)")
+    parser.add_argument("--tables", type=int, default=10, help="retention: tables (default 10)")
+    parser.add_argument("--retain", type=int, default=100, help="retention: LOCKSTEP_RETAIN_BARRIERS (default 100)")
     args = parser.parse_args()
     {"fold": lambda: bench_fold(args.events), "replay": lambda: bench_replay(args.events),
-     "snapshot": lambda: bench_snapshot(args.requests), "commands": lambda: bench_commands(args.requests)}[args.which]()
+     "snapshot": lambda: bench_snapshot(args.requests), "commands": lambda: bench_commands(args.requests),
+     "retention": lambda: bench_retention(args.barriers, args.tables, args.retain)}[args.which]()
 
 
 if __name__ == "__main__":

@@ -271,6 +271,9 @@ def _(cmd: RequestRevision, state: MetaState, now_ms: int) -> list[Fact | Tombst
             f"barrier {cmd.to_barrier} is not announced yet (last announced: {state.last_barrier()})"
         )
     start = 0 if cmd.full else cmd.to_barrier
+    if start and start not in state.barriers:
+        raise Rejected(f"barrier {start} is below the retention floor: the coordinator keeps the newest "
+                       "LOCKSTEP_RETAIN_BARRIERS barriers (and newest exact points); revise to a newer barrier or --full")
     facts: list[Fact | Tombstone] = []
     for name in state.downstream(cmd.table):
         t = state.tables[name]

@@ -66,6 +66,11 @@ class MetaState:
     def state_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
+    def records(self) -> int:
+        """How many compacted records the state topics hold for this state (pruning bounds it)."""
+        return (len(self.tables) + len(self.jobs) + len(self.barriers) + len(self.leases)
+                + sum(len(by_b) for by_b in self.completions.values()))
+
     # -- catalog and topology ------------------------------------------------------------------
 
     def created(self, table: str) -> bool:

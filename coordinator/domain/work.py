@@ -70,7 +70,12 @@ def ready_barrier(state: MetaState, job: JobState) -> int:
 def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int = 10) -> list[BarrierWork]:
     """The barriers in ``(start, end]`` that ``job`` commits, with what it needs for each. A job
     more than ``stride`` barriers behind folds them into commits at multiples of ``stride``; a
-    root job then reads from the cut of the barrier it processed before."""
+    root job then reads from the cut of the barrier it processed before. Barriers the job's table
+    already has as exact points (a restart whose checkpoint lagged its last commit) are skipped:
+    it goes on after its newest one, whose records pruning keeps (``pruning``)."""
+    done = state.latest_exact(job.sink)
+    if done is not None and job.resume_barrier <= done <= end:
+        start = max(start, done)
     out: list[BarrierWork] = []
     previous = start
     points = {s: state.exact_points(s) for s in job.sources}  # empty for root jobs

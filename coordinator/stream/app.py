@@ -27,6 +27,7 @@ from coordinator.stream import views
 from coordinator.stream.coordinator import TICK_MS, Coordinator
 
 log = logging.getLogger(__name__)
+PRUNE_S = 5.0  # how often the leader forgets records below the retention floor
 
 
 class LockstepApp(faust.App):
@@ -96,6 +97,11 @@ def create_app(settings: Settings) -> LockstepApp:
         barrier = await asyncio.get_running_loop().run_in_executor(None, coordinator().tick_barrier)
         if barrier is not None:
             log.debug("announced barrier %d", barrier.barrier)
+
+    @app.timer(interval=PRUNE_S, on_leader=True)
+    async def state_pruning() -> None:
+        if ready.is_set():
+            await asyncio.get_running_loop().run_in_executor(None, coordinator().tick_prune)
 
     @app.timer(interval=1.0, on_leader=True)
     async def lease_expiry() -> None:

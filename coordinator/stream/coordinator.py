@@ -34,6 +34,7 @@ from coordinator.domain import (
 )
 from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
 from coordinator.domain.events import split_key
+from coordinator.domain.pruning import prunable
 from coordinator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class Counters:
     barriers_announced: int = 0
     barriers_held_back: int = 0
     leases_expired: int = 0
+    records_pruned: int = 0
 
 
 class Coordinator:
@@ -193,6 +195,16 @@ class Coordinator:
         self.counters.barriers_announced += 1
         self._planned_at_events = -1  # plan the next one afresh
         return barrier
+
+    def tick_prune(self) -> int:
+        """Forget the barrier and completion records below the retention floor that nothing needs
+        any more (``coordinator.domain.pruning``); returns how many tombstones were written."""
+        with self.follower.reader.lock:
+            stale = prunable(self.state, self.settings.retain_barriers)
+        if stale:
+            self.write(list(stale))
+            self.counters.records_pruned += len(stale)
+        return len(stale)
 
     def tick_leases(self) -> int:
         with self.follower.reader.lock:

@@ -51,6 +51,9 @@ def metrics(state: MetaState, counters: dict[str, int]) -> str:
         "# HELP lockstep_last_barrier Newest announced barrier id.",
         "# TYPE lockstep_last_barrier gauge",
         f"lockstep_last_barrier {state.last_barrier()}",
+        "# HELP lockstep_state_records Records of the coordinator's state (pruning keeps it bounded).",
+        "# TYPE lockstep_state_records gauge",
+        f"lockstep_state_records {state.records()}",
         "# HELP lockstep_barrier_lag Announced barriers not yet an exact point of the table.",
         "# TYPE lockstep_barrier_lag gauge",
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,10 @@ class Worker(WorkerProcess):
         """GET JSON; 4xx answers return their JSON error body."""
         return get_json(Settings(coordinator_url=self.url), path, timeout=5)
 
+    def get_text(self, path: str) -> str:
+        with urllib.request.urlopen(self.url + path, timeout=5) as response:
+            return response.read().decode()
+
     def kill9(self) -> None:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGKILL)
@@ -35,7 +40,8 @@ class Worker(WorkerProcess):
 @pytest.fixture
 def coordinator_env(settings: Settings, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, str]:
     """Environment for one isolated coordinator: its own topic prefix and home on the test broker.
-    Barriers every 200 ms, unless the test is marked ``@pytest.mark.barrier_interval_ms(N)``."""
+    Barriers every 200 ms, unless the test is marked ``@pytest.mark.barrier_interval_ms(N)``; state
+    kept for 1000 barriers (tests read at barriers from their start; pruning tests set their own)."""
     interval = request.node.get_closest_marker("barrier_interval_ms")
     return {
         **os.environ,
@@ -44,6 +50,7 @@ def coordinator_env(settings: Settings, tmp_path: Path, request: pytest.FixtureR
         "LOCKSTEP_JARS": str(settings.jars),
         "LOCKSTEP_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:8]}",
         "LOCKSTEP_BARRIER_INTERVAL_MS": str(interval.args[0] if interval else 200),
+        "LOCKSTEP_RETAIN_BARRIERS": "1000",
     }
 
 

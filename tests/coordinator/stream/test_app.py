@@ -167,6 +167,26 @@ def test_kill9_and_restart_keeps_state_and_barrier_ids_continue(
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
+def test_the_leader_forgets_old_barriers_and_ids_continue_after_a_restart(
+    make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str]
+) -> None:
+    coordinator_env["LOCKSTEP_RETAIN_BARRIERS"] = "10"  # barriers every 200 ms: pruned every 5 s
+    worker = make_worker()
+    ids = wait_until(lambda: (ids := barrier_ids(worker)) and ids[0] > 20 and ids, "the oldest barriers pruned", timeout=60)
+    assert ids == list(range(ids[0], ids[0] + len(ids))) and len(ids) <= 10 + 40  # newest kept, a few seconds' worth
+    assert "lockstep_records_pruned_total 0" not in worker.get_text("/metrics")
+    verify = lockstep_cli("replay", "--verify", url=worker.url)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+    worker.kill9()
+    restarted = make_worker(start=False)
+    restarted.port = worker.port
+    restarted.start()
+    after = wait_until(lambda: (now := barrier_ids(restarted)) and now[-1] > ids[-1] + 3 and now, "barriers after the restart",
+                       timeout=60)
+    assert after == list(range(after[0], after[0] + len(after))), "ids continue with no gap and no duplicate"
+
+
 def worker_state_from_replay(env: dict[str, str]) -> dict[str, Any]:
     from coordinator.client.state import StateReader
 
