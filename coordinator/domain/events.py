@@ -29,6 +29,9 @@ class JobStatus(StrEnum):
     FINISHED = "FINISHED"
     FAILED = "FAILED"
     CANCELED = "CANCELED"
+    # derived, never stored: RUNNING, but neither registered nor committed within the liveness
+    # window (its process died or hangs); it holds no barrier back (MetaState.status_of)
+    STALLED = "STALLED"
 
 
 TABLE_KINDS: Final = tuple(TableKind)

@@ -175,19 +175,27 @@ class MetaState:
         """The newest barrier announced at or before ``ts_ms``."""
         return max((b for b, a in self.barriers.items() if a.ts_ms <= ts_ms), default=None)
 
+    def last_seen(self, job: JobState) -> int:
+        """When ``job`` was last heard of: registered, updated, or committed a barrier (epoch ms)."""
+        return max([job.updated_at_ms, *(c.committed_at_ms for c in self.completions.get(job.sink, {}).values())])
+
     def live_jobs(self, now_ms: int, liveness_ms: int) -> list[JobState]:
         """Running jobs that registered or committed within ``liveness_ms``: only these hold
         barriers back, so one dead job never freezes the topology."""
-        live = []
-        for job in self.active_jobs():
-            if job.status != JobStatus.RUNNING:
-                continue
-            last_seen = max(
-                [job.updated_at_ms, *(c.committed_at_ms for c in self.completions.get(job.sink, {}).values())]
-            )
-            if now_ms - last_seen <= liveness_ms:
-                live.append(job)
+        live = [j for j in self.active_jobs() if j.status == JobStatus.RUNNING and now_ms - self.last_seen(j) <= liveness_ms]
         return sorted(live, key=lambda j: j.job_id)
+
+    def status_of(self, job: JobState, now_ms: int, liveness_ms: int) -> str:
+        """The status to show: the stored one, or STALLED for a RUNNING job silent past ``liveness_ms``.
+
+        >>> from coordinator.domain import JobState
+        >>> s, j = MetaState(), JobState("j", "t", updated_at_ms=1_000)
+        >>> s.status_of(j, now_ms=2_000, liveness_ms=30_000), s.status_of(j, now_ms=60_000, liveness_ms=30_000)
+        ('RUNNING', 'STALLED')
+        """
+        if job.status == JobStatus.RUNNING and now_ms - self.last_seen(job) > liveness_ms:
+            return JobStatus.STALLED.value
+        return str(job.status)
 
     def inflight(self, jobs: Iterable[JobState]) -> int:
         """How many announced barriers are not yet an exact point of every given job's sink

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import asdict
+from typing import TypeVar
 
 import faust
 from faust.web import Request, Response, View
 
+from coordinator.client.clock import now_ms
 from coordinator.client.topics import Topics, ensure_topics
 from coordinator.domain.errors import Rejected
 from coordinator.domain.snapshot import ReadLevel, resolve_snapshot
@@ -27,6 +30,7 @@ from coordinator.stream import views
 from coordinator.stream.coordinator import TICK_MS, Coordinator
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 PRUNE_S = 5.0  # how often the leader forgets records below the retention floor
 
 
@@ -121,32 +125,38 @@ def create_app(settings: Settings) -> LockstepApp:
         return web.json({"status": "ok" if up else "starting", "leader": app.is_leader() if up else False},
                         status=200 if up else 503)
 
+    async def under_lock(read: Callable[[Coordinator], T]) -> T:
+        """Run ``read`` on the folded state under the follower's lock, off the event loop: views
+        scan the state, and the loop must stay free for the agents, timers and health checks."""
+        c = coordinator()
+
+        def locked() -> T:
+            with c.follower.reader.lock:
+                return read(c)
+
+        return await asyncio.get_running_loop().run_in_executor(None, locked)
+
+    def liveness() -> tuple[int, int]:
+        return now_ms(), settings.barriers.liveness_ms
+
     @app.page("/state")
     async def state_view(web: View, request: Request) -> Response:
         if (busy := _state_or_503(web)) is not None:
             return busy
-        c = coordinator()
-        with c.follower.reader.lock:
-            body = {
-                "state": c.state.canonical(),
-                "hash": c.state.state_hash(),
-                "positions": dict(c.follower.reader.stats.positions),
-            }
-        return web.json(body)
+        return web.json(await under_lock(lambda c: {"state": c.state.canonical(), "hash": c.state.state_hash(),
+                                                    "positions": dict(c.follower.reader.stats.positions)}))
 
     @app.page("/topology")
     async def topology_view(web: View, request: Request) -> Response:
         if (busy := _state_or_503(web)) is not None:
             return busy
-        with coordinator().follower.reader.lock:
-            return web.json(views.topology(coordinator().state))
+        return web.json(await under_lock(lambda c: views.topology(c.state, *liveness())))
 
     @app.page("/tables/{name}")
     async def table_view(web: View, request: Request, name: str) -> Response:
         if (busy := _state_or_503(web)) is not None:
             return busy
-        with coordinator().follower.reader.lock:
-            body = views.table(coordinator().state, name)
+        body = await under_lock(lambda c: views.table(c.state, name))
         if body is None:
             return web.json({"error": f"unknown table {name!r}"}, status=404)
         return web.json(body)
@@ -160,8 +170,7 @@ def create_app(settings: Settings) -> LockstepApp:
             limit = _int_param(request, "limit", 100) or 100
         except Rejected as exc:
             return web.json({"error": str(exc)}, status=400)
-        with coordinator().follower.reader.lock:
-            return web.json(views.barriers(coordinator().state, start, limit))
+        return web.json(await under_lock(lambda c: views.barriers(c.state, start, limit)))
 
     @app.page("/snapshot")
     async def snapshot_view(web: View, request: Request) -> Response:
@@ -169,14 +178,10 @@ def create_app(settings: Settings) -> LockstepApp:
             return busy
         names = [t for t in request.query.get("tables", "").split(",") if t]
         try:
-            with coordinator().follower.reader.lock:
-                snap = resolve_snapshot(
-                    coordinator().state,
-                    names,
-                    request.query.get("level", ReadLevel.READ_COMMITTED),
-                    _int_param(request, "as_of_barrier", None),
-                    _int_param(request, "as_of_timestamp", None),
-                )
+            level = request.query.get("level", ReadLevel.READ_COMMITTED)
+            as_of_barrier = _int_param(request, "as_of_barrier", None)
+            as_of_timestamp = _int_param(request, "as_of_timestamp", None)
+            snap = await under_lock(lambda c: resolve_snapshot(c.state, names, level, as_of_barrier, as_of_timestamp))
         except Rejected as exc:
             return web.json({"error": str(exc)}, status=400)
         return web.json(asdict(snap))
@@ -190,20 +195,20 @@ def create_app(settings: Settings) -> LockstepApp:
             since_ms = _int_param(request, "since_ms", None)
         except Rejected as exc:
             return web.json({"error": str(exc)}, status=400)
-        with coordinator().follower.reader.lock:
-            return web.json(views.delays(coordinator().state, last, since_ms))
+        return web.json(await under_lock(lambda c: views.delays(c.state, *liveness(), last, since_ms)))
 
     @app.page("/metrics")
     async def metrics_view(web: View, request: Request) -> Response:
         if (busy := _state_or_503(web)) is not None:
             return busy
-        c = coordinator()
-        stats = c.follower.reader.stats
-        counters = {**asdict(c.counters), "events_folded": stats.events_folded, "decode_errors": stats.decode_errors,
-                    "unknown_entities": stats.unknown_entities}
-        with c.follower.reader.lock:
-            text = views.metrics(c.state, counters)
-        return web.text(text, content_type="text/plain; version=0.0.4")
+
+        def text(c: Coordinator) -> str:
+            stats = c.follower.reader.stats
+            counters = {**asdict(c.counters), "events_folded": stats.events_folded, "decode_errors": stats.decode_errors,
+                        "unknown_entities": stats.unknown_entities}
+            return views.metrics(c.state, counters, *liveness())
+
+        return web.text(await under_lock(text), content_type="text/plain; version=0.0.4")
 
     return app
 

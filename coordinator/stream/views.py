@@ -6,17 +6,20 @@ from typing import Any
 
 from coordinator.domain import MetaState
 from coordinator.domain.delays import delay_report
+from coordinator.domain.events import JobStatus
 from coordinator.domain.records import to_record
 
 
-def topology(state: MetaState) -> dict[str, Any]:
-    """Tables in the catalog (CTAS tables not yet created are listed under ``pending`` only)."""
+def topology(state: MetaState, now_ms: int, liveness_ms: int) -> dict[str, Any]:
+    """Tables in the catalog (CTAS tables not yet created are listed under ``pending`` only); a
+    job's status is STALLED when it is RUNNING but silent past the liveness window."""
     return {
         "tables": {n: {"kind": (t := state.tables[n]).kind, "writer": t.writer, "generation": t.generation}
                    for n in state.catalog()},
         "pending": state.pending(),
         "jobs": {
-            j: {"sink": s.sink, "sources": list(s.sources), "external_topics": list(s.external_topics), "status": s.status}
+            j: {"sink": s.sink, "sources": list(s.sources), "external_topics": list(s.external_topics),
+                "status": state.status_of(s, now_ms, liveness_ms)}
             for j, s in sorted(state.jobs.items())
         },
         "edges": [list(e) for e in state.edges()],
@@ -40,12 +43,16 @@ def barriers(state: MetaState, start: int, limit: int) -> list[dict[str, Any]]:
     return [to_record(state.barriers[b]) for b in ids]
 
 
-def delays(state: MetaState, last: int = 100, since_ms: int | None = None) -> dict[str, Any]:
-    """Per table and job: latest exact barrier, lag, delay p50/p99 over the last barriers; the bottleneck."""
-    return delay_report(state, last, since_ms)
+def delays(state: MetaState, now_ms: int, liveness_ms: int, last: int = 100, since_ms: int | None = None) -> dict[str, Any]:
+    """Per table and job: latest exact barrier, lag, delay p50/p99 over the last barriers; the
+    bottleneck; each job's status as ``topology`` shows it."""
+    report = delay_report(state, last, since_ms)
+    for job_id, job in report["jobs"].items():
+        job["status"] = state.status_of(state.jobs[job_id], now_ms, liveness_ms)
+    return report
 
 
-def metrics(state: MetaState, counters: dict[str, int]) -> str:
+def metrics(state: MetaState, counters: dict[str, int], now_ms: int, liveness_ms: int) -> str:
     """Prometheus text exposition."""
     lines = [
         "# HELP lockstep_last_barrier Newest announced barrier id.",
@@ -54,6 +61,10 @@ def metrics(state: MetaState, counters: dict[str, int]) -> str:
         "# HELP lockstep_state_records Records of the coordinator's state (pruning keeps it bounded).",
         "# TYPE lockstep_state_records gauge",
         f"lockstep_state_records {state.records()}",
+        "# HELP lockstep_job_stalled 1 while a RUNNING job is silent past the liveness window (STALLED).",
+        "# TYPE lockstep_job_stalled gauge",
+        *(f'lockstep_job_stalled{{job="{j}"}} {int(state.status_of(job, now_ms, liveness_ms) == JobStatus.STALLED)}'
+          for j, job in sorted(state.jobs.items()) if job.status == JobStatus.RUNNING),
         "# HELP lockstep_barrier_lag Announced barriers not yet an exact point of the table.",
         "# TYPE lockstep_barrier_lag gauge",
     ]

@@ -37,11 +37,15 @@ def topology(settings: Settings, fmt: str) -> None:
         table = Table("table", "kind", "writer", "generation", "reads")
         reads: dict[str, list[str]] = {}
         for j in body["jobs"].values():
-            if j["status"] == JobStatus.RUNNING:
+            if j["status"] in (JobStatus.RUNNING, JobStatus.STALLED):
                 reads[j["sink"]] = j["sources"] + [f"kafka:{t}" for t in j["external_topics"]]
+        stalled = sorted(job for job, j in body["jobs"].items() if j["status"] == JobStatus.STALLED)
         for name, t in body["tables"].items():
             table.add_row(name, t["kind"], t["writer"] or "-", str(t["generation"]), ", ".join(reads.get(name, [])))
         Console().print(table)
+        if stalled:
+            click.echo(f"stalled (RUNNING, but no commit within LOCKSTEP_JOB_LIVENESS_MS; is its process alive?): "
+                       f"{', '.join(stalled)}")
         if body.get("pending"):
             click.echo(f"being created (CREATE TABLE AS SELECT, no barrier committed yet): {', '.join(body['pending'])}")
 

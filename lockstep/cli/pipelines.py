@@ -17,6 +17,8 @@ from coordinator.domain.events import JobStatus, split_key
 from coordinator.settings import Settings
 from lockstep.cli.common import fetch, load, send
 
+ACTIVE = (JobStatus.RUNNING, JobStatus.STALLED)  # not ended (a stalled job's process may come back)
+
 
 @click.command()
 @click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
@@ -84,7 +86,7 @@ def stop_job(settings: Settings, job: str, cancel: bool, reason: str | None, tim
     """
     topology_now = fetch(settings, "/topology")
     if job not in topology_now["jobs"]:  # a table: its running writer (a CTAS table may still be pending)
-        job = next((j for j, v in topology_now["jobs"].items() if v["sink"] == job and v["status"] == JobStatus.RUNNING), job)
+        job = next((j for j, v in topology_now["jobs"].items() if v["sink"] == job and v["status"] in ACTIVE), job)
     status = JobStatus.CANCELED if cancel else JobStatus.FINISHED
     if reason is None:
         reason = f"lockstep stop by {getpass.getuser()}@{socket.gethostname()} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
