@@ -79,10 +79,10 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
     table = pipeline.table(job.sink)
     if isinstance(table, RootTable):
         processor = RootIngestion(session, table, job.job_id, settings.warehouse.absolute(), publisher, settings.bootstrap,
-                                  crash_at=settings.crash_at)
+                                  crash_at=settings.crash_at, compact_every=settings.compact_every)
     else:
         processor = TableMaintainer(session, table, plan_for(pipeline, table), job.job_id, settings.warehouse.absolute(),
-                                    publisher, crash_at=settings.crash_at)
+                                    publisher, crash_at=settings.crash_at, compact_every=settings.compact_every)
 
     def batch(frame: DataFrame, batch_id: int) -> None:
         # Each job's Spark jobs go to a scheduler pool of its own: a small barrier of one job

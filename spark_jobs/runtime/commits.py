@@ -70,6 +70,7 @@ class DeltaSink:
     schema: str | StructType | None  # DDL ("a BIGINT, b STRING") or a Spark schema; None: from the first write
     create_on_first_write: bool = False
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
+    compact_every: int = 0  # compact the table's small files after every this many commits (0: never)
     versions: dict[tuple[int, int], int] = field(default_factory=dict)  # (generation, barrier) -> version
     # (generation, barrier) -> the source versions an intermediate job read for that commit
     sources: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
@@ -170,8 +171,9 @@ class DeltaSink:
         if (meta.get("job"), meta.get("barrier"), meta.get("generation")) == (self.job_id, barrier, generation):
             self.written = True
             self._commits += 1
+            compact = self.compact_every > 0 and self._commits % self.compact_every == 0
             self._upkeep_done = self._upkeep.submit(prepare_next_write, self.spark, self.path,
-                                                    self._commits % CHECKPOINT_EVERY == 0)
+                                                    self._commits % CHECKPOINT_EVERY == 0, compact)
             self.versions[(generation, barrier)] = version
             if sources is not None:
                 self.sources[(generation, barrier)] = dict(sources)

@@ -13,6 +13,7 @@ import json
 from typing import Any
 from urllib.parse import unquote
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -53,11 +54,15 @@ def table_bytes(spark: SparkSession, path: str) -> int:
     return int(checksum.get().tableSizeBytes() if checksum.isDefined() else snapshot.sizeInBytes())
 
 
-def prepare_next_write(spark: SparkSession, path: str, checkpoint: bool) -> None:
-    """Work for the next write, done while the job waits for its next barrier: the state of the
-    table's newest snapshot, where Delta looks up the txn marks (``txnAppId``) and the files a
-    write replaces (a few Spark jobs per new version), and, if ``checkpoint``, a checkpoint of
-    the log (which Delta would otherwise write inside every 10th commit)."""
+def prepare_next_write(spark: SparkSession, path: str, checkpoint: bool, compact: bool = False) -> None:
+    """Work for the next write, done while the job waits for its next barrier: if ``compact``,
+    OPTIMIZE's bin-packing of the small files each barrier adds (a commit that changes no data:
+    every exact point keeps reading the versions it names, and change-data readers skip it); the
+    state of the table's newest snapshot, where Delta looks up the txn marks (``txnAppId``) and
+    the files a write replaces (a few Spark jobs per new version); and, if ``checkpoint``, a
+    checkpoint of the log (which Delta would otherwise write inside every 10th commit)."""
+    if compact:
+        DeltaTable.forPath(spark, path).optimize().executeCompaction()
     log = _log(spark, path)
     snapshot = log.unsafeVolatileSnapshot()
     snapshot.transactions()

@@ -39,14 +39,15 @@ class RootIngestion:
     publisher: CompletionPublisher
     bootstrap: str
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
+    compact_every: int = 0  # LOCKSTEP_COMPACT_EVERY (0: never)
 
     def __post_init__(self) -> None:
         if self.table.format == "avro":
             check_avro_schema(self.table)
         self.sink = DeltaSink(self.spark, str(self.warehouse / self.table.name), self.job_id, self.table.schema_ddl,
-                              crash_at=self.crash_at)
+                              crash_at=self.crash_at, compact_every=self.compact_every)
         self.dlq = DeltaSink(self.spark, str(self.warehouse / f"{self.table.name}__dlq"), f"{self.job_id}__dlq", DLQ_SCHEMA,
-                             crash_at=self.crash_at)
+                             crash_at=self.crash_at, compact_every=self.compact_every)
 
     def read_range(self, work: BarrierWork) -> DataFrame | None:
         ranges = [r for r in work.offsets if r.end > max(r.start, 0)]

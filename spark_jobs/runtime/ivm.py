@@ -62,11 +62,12 @@ class TableMaintainer:
     # gets a MERGE of the changed rows (which reads and rewrites only the files they touch).
     rewrite_limit_bytes: int = REWRITE_LIMIT_BYTES
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
+    compact_every: int = 0  # LOCKSTEP_COMPACT_EVERY (0: never)
 
     def __post_init__(self) -> None:
         # The table is created by its first barrier's write (CREATE TABLE AS SELECT is atomic).
         self.sink = DeltaSink(self.spark, self._path(self.table.name), self.job_id, None, create_on_first_write=True,
-                              crash_at=self.crash_at)
+                              crash_at=self.crash_at, compact_every=self.compact_every)
         self.schema: StructType | None = None
         if self.sink.exists:
             self.schema = self.spark.read.format("delta").load(self.sink.path).schema

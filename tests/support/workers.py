@@ -41,7 +41,8 @@ class Worker(WorkerProcess):
 def coordinator_env(settings: Settings, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, str]:
     """Environment for one isolated coordinator: its own topic prefix and home on the test broker.
     Barriers every 200 ms, unless the test is marked ``@pytest.mark.barrier_interval_ms(N)``; state
-    kept for 1000 barriers (tests read at barriers from their start; pruning tests set their own)."""
+    kept for 1000 barriers (tests read at barriers from their start; pruning tests set their own);
+    tables compacted every 10 commits."""
     interval = request.node.get_closest_marker("barrier_interval_ms")
     return {
         **os.environ,
@@ -51,6 +52,7 @@ def coordinator_env(settings: Settings, tmp_path: Path, request: pytest.FixtureR
         "LOCKSTEP_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:8]}",
         "LOCKSTEP_BARRIER_INTERVAL_MS": str(interval.args[0] if interval else 200),
         "LOCKSTEP_RETAIN_BARRIERS": "1000",
+        "LOCKSTEP_COMPACT_EVERY": "10",  # pipelines in tests compact often: reads must not notice
     }
 
 

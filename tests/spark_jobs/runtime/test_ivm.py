@@ -41,8 +41,9 @@ class Completions:
 def test_every_operator_matches_python_under_inserts_updates_and_deletes(spark: SparkSession, tmp_path: Path) -> None:
     rng = random.Random(7)
     warehouse = tmp_path / "wh"
-    orders = DeltaSink(spark, str(warehouse / "orders"), "ingest_orders", ORDERS)
-    users = DeltaSink(spark, str(warehouse / "users"), "ingest_users", USERS)
+    # every table compacts its small files every 2nd commit: maintenance must read through that
+    orders = DeltaSink(spark, str(warehouse / "orders"), "ingest_orders", ORDERS, compact_every=2)
+    users = DeltaSink(spark, str(warehouse / "users"), "ingest_users", USERS, compact_every=2)
     pipeline = parse_pipeline(
         f"CREATE TABLE orders ({ORDERS}) WITH ('source'='kafka:o', 'primary_key'='oid');\n"
         f"CREATE TABLE users ({USERS}) WITH ('source'='kafka:u', 'primary_key'='id');\n{derived_sql()}"
@@ -56,7 +57,8 @@ def test_every_operator_matches_python_under_inserts_updates_and_deletes(spark: 
     completions = Completions()
 
     def maintainers() -> dict[str, TableMaintainer]:
-        return {t.name: TableMaintainer(spark, t, plans[t.name], f"maintain_{t.name}", warehouse, completions)  # type: ignore[arg-type]
+        return {t.name: TableMaintainer(spark, t, plans[t.name], f"maintain_{t.name}", warehouse, completions,
+                                         compact_every=2)  # type: ignore[arg-type]
                 for t in pipeline.derived}
 
     running = maintainers()
@@ -112,4 +114,5 @@ def test_every_operator_matches_python_under_inserts_updates_and_deletes(spark: 
     history = DeltaTable.forPath(spark, str(warehouse / "per_user")).history().collect()
     merged = {int(r["userMetadata"].split('"barrier": ')[1].split(",")[0]) for r in history if r["operation"] == "MERGE"}
     assert merged and all(b % 2 for b in merged)  # computed once, then maintained both ways
+    assert any(r["operation"] == "OPTIMIZE" for r in history)  # and compacted on the way
     assert completions.seen[("per_user", 4)] == completions.seen[("per_user", 3)]  # no change, same version
