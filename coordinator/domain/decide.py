@@ -74,6 +74,26 @@ def expire_leases(state: MetaState, now_ms: int) -> list[Tombstone]:
     return [Tombstone(lease_key(lid)) for lid, lease in sorted(state.leases.items()) if lease.expires_at_ms <= now_ms]
 
 
+def abandon_pending_tables(state: MetaState, now_ms: int, liveness_ms: int) -> list[Fact | Tombstone]:
+    """A CREATE TABLE AS SELECT table whose job's process is gone before its first commit (a
+    runner killed with ``kill -9`` runs no cleanup hook): once no job of that table has shown a
+    sign of life for twice the liveness window (a restarted runner re-registers well within
+    that, and an ended job's own cleanup hook drops it sooner), a job still RUNNING is recorded
+    FAILED and the table dropped. The leader's timer calls this, as it does ``expire_leases``."""
+    out: list[Fact | Tombstone] = []
+    for name in state.pending():
+        seen = max((state.last_seen(j) for j in state.jobs.values() if j.sink == name), default=0)
+        if now_ms - seen <= 2 * liveness_ms:
+            continue
+        writer = state.writer_of(name)
+        if writer is not None and writer.status == JobStatus.RUNNING:
+            out.append(replace(writer, status=JobStatus.FAILED, updated_at_ms=now_ms,
+                               reason=f"its process went silent {(now_ms - seen) // 1000} s ago, before the first "
+                                      f"commit of {name}"))
+        out.append(Tombstone(table_key(name)))
+    return out
+
+
 # -- validation helpers -------------------------------------------------------------------------
 
 

@@ -33,6 +33,7 @@ from coordinator.domain import (
     expire_leases,
 )
 from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
+from coordinator.domain.decide import abandon_pending_tables
 from coordinator.domain.events import split_key
 from coordinator.domain.pruning import prunable
 from coordinator.settings import Settings
@@ -51,6 +52,7 @@ class Counters:
     barriers_held_back: int = 0
     leases_expired: int = 0
     records_pruned: int = 0
+    ctas_abandoned: int = 0
 
 
 class Coordinator:
@@ -198,13 +200,18 @@ class Coordinator:
 
     def tick_prune(self) -> int:
         """Forget the barrier and completion records below the retention floor that nothing needs
-        any more (``coordinator.domain.pruning``); returns how many tombstones were written."""
+        any more (``coordinator.domain.pruning``), and CTAS tables whose job died before their
+        first commit; returns how many records were written."""
         with self.follower.reader.lock:
+            abandoned = abandon_pending_tables(self.state, now_ms(), self.settings.barriers.liveness_ms)
             stale = prunable(self.state, self.settings.retain_barriers)
+        if abandoned:
+            self.write(abandoned)
+            self.counters.ctas_abandoned += sum(isinstance(f, Tombstone) for f in abandoned)
         if stale:
             self.write(list(stale))
             self.counters.records_pruned += len(stale)
-        return len(stale)
+        return len(abandoned) + len(stale)
 
     def tick_leases(self) -> int:
         with self.follower.reader.lock:

@@ -23,7 +23,9 @@ from coordinator.domain import (
     Tombstone,
     decide,
     expire_leases,
+    fold_all,
 )
+from coordinator.domain.decide import abandon_pending_tables
 
 MakeState = Callable[..., MetaState]
 
@@ -259,3 +261,21 @@ def test_revision_bumps_the_downstream_closure_only(make_state: MakeState) -> No
     jobs = {f.job_id: f for f in decision.facts if isinstance(f, JobState)}
     assert {j.restart_from_barrier for j in jobs.values()} == {1}
     assert "other" not in bumped and "ingest_other" not in jobs
+
+
+def test_a_ctas_table_whose_job_died_before_its_first_commit_is_dropped(make_state: MakeState) -> None:
+    pending = [DeclareTable("a", "totals", "intermediate", ctas=True),
+               RegisterJob("b", "maintain_totals", "totals", sources=("shopping",))]
+    state = make_state(*pending, shopping_topology=True, now_ms=1_000)  # registered at 1 s
+    assert abandon_pending_tables(state, now_ms=60_000, liveness_ms=30_000) == []  # a restart may still come
+    job, table = abandon_pending_tables(state, now_ms=62_000, liveness_ms=30_000)
+    assert (job.job_id, job.status, table) == ("maintain_totals", "FAILED", Tombstone("table:totals"))
+    assert "went silent 61 s ago, before the first commit of totals" in job.reason
+    after = fold_all([job, table], state.copy())
+    assert "totals" not in after.tables and after.jobs["maintain_totals"].status == "FAILED"
+    orphan = make_state(*pending, DeregisterJob("c", "maintain_totals", "FAILED", "boom"), shopping_topology=True)
+    assert abandon_pending_tables(orphan, now_ms=2_000, liveness_ms=30_000) == []  # its own cleanup hook comes first
+    assert abandon_pending_tables(orphan, now_ms=62_000, liveness_ms=30_000) == [Tombstone("table:totals")]
+    created = make_state(*pending, BarrierAnnounced(1, 100), BarrierCompleted("maintain_totals", "totals", 1, 0, 0),
+                         shopping_topology=True)
+    assert abandon_pending_tables(created, now_ms=10**9, liveness_ms=30_000) == []  # holds data: stays

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 
 from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
-from coordinator.domain import BarrierCompleted, LeaseState, SourceVersion, Tombstone, entity_key
+from coordinator.domain import BarrierCompleted, DeclareTable, LeaseState, RegisterJob, SourceVersion, Tombstone, entity_key
 from coordinator.settings import Settings
 from coordinator.stream.app import create_app
 from tests.support import ROOT, wait_until
@@ -185,6 +185,28 @@ def test_the_leader_forgets_old_barriers_and_ids_continue_after_a_restart(
     after = wait_until(lambda: (now := barrier_ids(restarted)) and now[-1] > ids[-1] + 3 and now, "barriers after the restart",
                        timeout=60)
     assert after == list(range(after[0], after[0] + len(after))), "ids continue with no gap and no duplicate"
+
+
+def test_a_ctas_table_whose_runner_died_is_dropped_by_the_leader(
+    make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str]
+) -> None:
+    from coordinator.client.commands import CommandClient, new_request_id
+
+    coordinator_env["LOCKSTEP_JOB_LIVENESS_MS"] = "1000"  # silent for 2 s: gone
+    worker = make_worker()
+    client = CommandClient(Settings.from_env({**coordinator_env, "LOCKSTEP_COORDINATOR_URL": worker.url}))
+    try:
+        for command in (DeclareTable(new_request_id(), "src", "root"),
+                        DeclareTable(new_request_id(), "totals", "intermediate", ctas=True),
+                        RegisterJob(new_request_id(), "maintain_totals", "totals", sources=("src",))):
+            assert client.emit(command).accepted
+    finally:
+        client.close()
+    assert worker.get("/topology")["pending"] == ["totals"]  # no runner ever commits its first barrier
+    wait_until(lambda: worker.get("/topology")["pending"] == [], "the abandoned table dropped", timeout=30)
+    job = worker.get("/state")["state"]["jobs"]["maintain_totals"]
+    assert job["status"] == "FAILED" and "before the first commit of totals" in job["reason"]
+    assert "lockstep_ctas_abandoned_total 1" in worker.get_text("/metrics")
 
 
 def worker_state_from_replay(env: dict[str, str]) -> dict[str, Any]:
