@@ -60,6 +60,7 @@ class Settings:
     spark_log_level: str | None = None  # None: WARN (the demo's live view asks for ERROR)
     crash_at: CrashAt | None = None
     compact_every: int = 100  # a job compacts its table's small files after every this many commits (0: never)
+    vacuum_every_s: int = 600  # `lockstep run` vacuums its jobs' tables this often (0: never)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -87,6 +88,7 @@ class Settings:
             spark_log_level=_spark_log_level(env.get("LOCKSTEP_SPARK_LOG_LEVEL")),
             crash_at=_crash_at(env.get("LOCKSTEP_CRASH_AT")),
             compact_every=_whole_number(env, "LOCKSTEP_COMPACT_EVERY", 100, minimum=0),
+            vacuum_every_s=_whole_number(env, "LOCKSTEP_VACUUM_EVERY_S", 600, minimum=0),
         )
         _ = settings.bootstrap_port  # validate early, with a message that names the variable
         _ = settings.coordinator_port

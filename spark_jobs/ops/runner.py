@@ -27,6 +27,7 @@ from coordinator.domain.work import BarrierWork
 from coordinator.settings import Settings
 from spark_jobs.ops.ctas_cleanup import CtasCleanup
 from spark_jobs.ops.hooks import JobEvent, JobHooks
+from spark_jobs.ops.upkeep import TableUpkeep
 from spark_jobs.planning.pipeline import Job, Pipeline, RootTable
 from spark_jobs.planning.plans import plan_for
 from spark_jobs.runtime.commits import CompletionPublisher
@@ -128,7 +129,8 @@ class Supervisor:
     (``lockstep run``), a job that ``lockstep stop`` ended is stopped here (FINISHED: after the
     barrier in progress; CANCELED or FAILED: at once) and not restarted. With ``max_restarts``, a
     job that fails once more than that is given up and recorded FAILED. ``hooks`` hear of every
-    start and end (``spark_jobs.ops.hooks``); the CTAS cleanup (``spark_jobs.api.ctas``) always listens.
+    start and end (``spark_jobs.ops.hooks``); the CTAS cleanup (``spark_jobs.ops.ctas_cleanup``)
+    always listens. The jobs' tables are vacuumed every ``LOCKSTEP_VACUUM_EVERY_S`` (``upkeep``).
 
     Example::
 
@@ -153,12 +155,15 @@ class Supervisor:
     _retry_at: dict[str, float] = field(default_factory=dict)
     _status_reader: StateReader | None = None
     _status_read_at: float = 0.0
+    _upkeep: TableUpkeep | None = None
 
     def __post_init__(self) -> None:
         self.hooks = [CtasCleanup(self.settings, self.report), *self.hooks]
 
     def start(self) -> None:
-        for job in select_jobs(self.pipeline, self.only):
+        jobs = select_jobs(self.pipeline, self.only)
+        self._upkeep = TableUpkeep(self.spark, self.settings, [j.sink for j in jobs], self.report).start()
+        for job in jobs:
             self.queries[job.job_id] = start_job(self.spark, self.pipeline, job, self.settings)
             self._tell("on_created", JobEvent(job.job_id, job.sink, JobStatus.RUNNING))
 
@@ -246,6 +251,8 @@ class Supervisor:
             self.poll()
 
     def stop(self) -> None:
+        if self._upkeep is not None:
+            self._upkeep.close()
         for query in self.queries.values():
             query.stop()
         if self._status_reader is not None:
