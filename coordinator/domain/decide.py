@@ -40,6 +40,7 @@ from coordinator.domain.events import (
     TableKind,
     TableState,
     Tombstone,
+    completion_key,
     entity_key,
     lease_key,
     table_key,
@@ -158,11 +159,13 @@ def _(cmd: DropTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
     readers = sorted(j.job_id for j in state.active_jobs() if cmd.name in j.sources)
     if readers:
         raise Rejected(f"table {cmd.name!r} is read by running job(s) {', '.join(readers)}: stop them first")
-    done = sorted(state.completions.get(cmd.name, {}))
-    if done:
-        raise Rejected(f"table {cmd.name!r} holds data (barriers {done[0]}..{done[-1]} committed); only a table "
-                       "that never committed a barrier can be dropped")
-    return [Tombstone(table_key(cmd.name))]
+    leases = sorted(lid for lid, lease in state.leases.items() if any(v.table == cmd.name for v in lease.versions))
+    if leases:
+        raise Rejected(f"table {cmd.name!r} is held by repeatable-read lease(s) {', '.join(leases)}: "
+                       "wait for their snapshots to close (or the leases to expire)")
+    # the table and its exact points; the ended jobs that wrote it stay on record (lineage, delays)
+    return [Tombstone(table_key(cmd.name)),
+            *(Tombstone(completion_key(cmd.name, b)) for b in sorted(state.completions.get(cmd.name, {})))]
 
 
 @_decide.register

@@ -143,7 +143,8 @@ class RequestRevision:
 
 @dataclass(frozen=True)
 class DropTable:
-    """Remove a table that never held data (a CTAS whose job ended before its first commit)."""
+    """Remove a table nobody runs on or holds a lease on, with its exact points (``lockstep
+    drop``; a CTAS whose job ended before its first commit)."""
 
     request_id: str
     name: str

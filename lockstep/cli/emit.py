@@ -103,5 +103,5 @@ def emit_request_revision(ctx: click.Context, table: str, to_barrier: int, full:
 @click.option("--reason", default="", help="Why, for the record.")
 @click.pass_context
 def emit_drop_table(ctx: click.Context, name: str, reason: str) -> None:
-    """Remove a table that never committed a barrier (its Delta files are not touched)."""
+    """Remove a table and its exact points from the catalog (files untouched; `lockstep drop` removes them too)."""
     send(ctx.obj, DropTable(ctx.meta["request_id"], name, reason), ctx.meta["timeout"])

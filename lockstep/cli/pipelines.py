@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from coordinator.client.commands import new_request_id
-from coordinator.domain import DeregisterJob, RequestRevision
+from coordinator.domain import DeregisterJob, DropTable, RequestRevision
 from coordinator.domain.errors import Rejected
 from coordinator.domain.events import JobStatus, split_key
 from coordinator.settings import Settings
@@ -89,7 +89,7 @@ def stop_job(settings: Settings, job: str, cancel: bool, reason: str | None, tim
         job = next((j for j, v in topology_now["jobs"].items() if v["sink"] == job and v["status"] in ACTIVE), job)
     status = JobStatus.CANCELED if cancel else JobStatus.FINISHED
     if reason is None:
-        reason = f"lockstep stop by {getpass.getuser()}@{socket.gethostname()} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
+        reason = f"lockstep stop by {_who()}"
     send(settings, DeregisterJob(new_request_id(), job, status, reason), timeout)
     click.echo(f"job {job} recorded {status}; the process running it stops it "
                + ("now" if cancel else "after the barrier in progress"))
@@ -121,6 +121,30 @@ def revise(settings: Settings, table: str, barrier: int | None, full: bool, time
     closure = [ident for kind, ident in map(split_key, outcome.keys) if kind == "table"]
     start = "from scratch" if full else f"from barrier {barrier}"
     click.echo(f"revising {', '.join(closure)} {start}; their running jobs switch to the new generation")
+
+
+@click.command("drop")
+@click.argument("table")
+@click.option("--reason", default=None, help="Why, for the record (default: who dropped it and when).")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the coordinator's outcome.")
+@click.pass_obj
+def drop(settings: Settings, table: str, reason: str | None, timeout: float) -> None:
+    """Remove TABLE: its catalog entry, its exact points and its files (the Delta table, its dead
+    letters, and the checkpoints of the jobs that wrote it, so a table of that name starts afresh).
+
+    Refused while a job writes or reads it (`lockstep stop` them first) or a repeatable-read
+    snapshot holds it. Exit 0 dropped, 1 rejected, 3 coordinator unreachable.
+    """
+    from spark_jobs.ops.tables import remove_table_files
+
+    writers = [job for job, j in fetch(settings, "/topology")["jobs"].items() if j["sink"] == table]
+    send(settings, DropTable(new_request_id(), table, reason or f"lockstep drop by {_who()}"), timeout)
+    removed = remove_table_files(settings, table, writers)
+    click.echo(f"table {table} dropped; removed {', '.join(str(p) for p in removed) or 'no files (there were none)'}")
+
+
+def _who() -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 @click.command()

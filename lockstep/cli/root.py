@@ -17,7 +17,7 @@ from lockstep.cli.demo import datagen, demo
 from lockstep.cli.dev import dev, worker
 from lockstep.cli.emit import emit_group
 from lockstep.cli.observe import barriers, delays, replay_command, topology
-from lockstep.cli.pipelines import explain, revise, run, stop_job
+from lockstep.cli.pipelines import drop, explain, revise, run, stop_job
 from lockstep.cli.reads import query, vacuum
 
 EXIT_CODES = {
@@ -57,7 +57,7 @@ def cli(ctx: click.Context) -> None:
     ctx.obj = Settings.from_env()
 
 
-for command in (dev, worker, demo, datagen, run, stop_job, revise, explain, query, vacuum, topology, delays, barriers,
+for command in (dev, worker, demo, datagen, run, stop_job, revise, drop, explain, query, vacuum, topology, delays, barriers,
                 replay_command):
     cli.add_command(command)
 cli.add_command(emit_group, name="emit")

@@ -9,7 +9,6 @@ The Supervisor always runs it; it is an ordinary ``JobHooks``.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ from coordinator.domain import DropTable
 from coordinator.domain.events import JobStatus
 from coordinator.settings import Settings
 from spark_jobs.ops.hooks import JobEvent, JobHooks
+from spark_jobs.ops.tables import remove_table_files
 
 
 @dataclass
@@ -44,5 +44,5 @@ class CtasCleanup(JobHooks):
         if not outcome.accepted:
             self.report(f"table {event.sink} was not dropped: {outcome.reason}")
             return
-        shutil.rmtree(self.settings.warehouse.absolute() / event.sink, ignore_errors=True)
+        remove_table_files(self.settings, event.sink)
         self.report(f"table {event.sink} dropped: {why}")

@@ -157,7 +157,13 @@ def test_only_a_table_that_never_committed_and_nobody_runs_on_can_be_dropped(mak
     assert "unknown table 'nope'" in rejection(state, DropTable("c", "nope"))
     state = make_state(BarrierAnnounced(1, 100), BarrierCompleted("amount_job", "user_item_amount", 1, 0, 3),
                        DeregisterJob("c", "amount_job", "CANCELED"), shopping_topology=True)
-    assert "holds data (barriers 1..1 committed)" in rejection(state, DropTable("d", "user_item_amount"))
+    held = make_state(BarrierAnnounced(1, 100), BarrierCompleted("amount_job", "user_item_amount", 1, 0, 3),
+                      DeregisterJob("c", "amount_job", "CANCELED"),
+                      AcquireLease("l", "l1", "me", ("user_item_amount",), 1, 60_000), shopping_topology=True)
+    assert "held by repeatable-read lease(s) l1" in rejection(held, DropTable("d", "user_item_amount"))
+    dropped = decide(state, DropTable("d", "user_item_amount", "not needed"), 9)  # a table with data, nobody on it
+    assert dropped.outcome.accepted and dropped.facts == (
+        Tombstone("table:user_item_amount"), Tombstone("completion:user_item_amount@1"))
     state = make_state(
         DeclareTable("a", "totals", "intermediate", ctas=True),
         RegisterJob("b", "maintain_totals", "totals", sources=("shopping",)),

@@ -209,6 +209,41 @@ def test_a_ctas_table_whose_runner_died_is_dropped_by_the_leader(
     assert "lockstep_ctas_abandoned_total 1" in worker.get_text("/metrics")
 
 
+def test_drop_removes_a_table_with_data_and_its_files_unless_a_job_reads_it(
+    make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str], kafka_bootstrap: str
+) -> None:
+    worker = make_worker()
+    settings = Settings.from_env({**coordinator_env, "LOCKSTEP_COORDINATOR_URL": worker.url})
+    for args in (("declare-table", "t", "--kind", "root"), ("declare-table", "u", "--kind", "intermediate"),
+                 ("register-job", "j", "--sink", "t", "--topics", "src"),
+                 ("register-job", "k", "--sink", "u", "--sources", "t")):
+        assert lockstep_cli("emit", *args).returncode == 0
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    fact = BarrierCompleted("j", "t", 1, 0, 0, committed_at_ms=1)
+    producer.produce(Topics(settings.topic_prefix).completions, key=entity_key(fact).encode(), value=default_codec().encode(fact))
+    producer.flush(10)
+    wait_until(lambda: worker.get("/tables/t").get("latest_exact_barrier") == 1, "t's exact point", timeout=30)
+    files = [settings.warehouse / "t" / "part-0.parquet", settings.warehouse / "t__dlq" / "part-0.parquet",
+             settings.home / "checkpoints" / "j" / "offsets" / "0"]
+    for path in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+
+    refused = lockstep_cli("drop", "t", url=worker.url)
+    assert refused.returncode == 1 and "written by running job 'j'" in refused.stderr
+    assert lockstep_cli("stop", "j", url=worker.url).returncode == 0
+    refused = lockstep_cli("drop", "t", url=worker.url)
+    assert refused.returncode == 1 and "read by running job(s) k" in refused.stderr
+    assert all(path.exists() for path in files)  # a refused drop touches nothing
+    assert lockstep_cli("stop", "k", "--cancel", url=worker.url).returncode == 0
+    dropped = lockstep_cli("drop", "t", "--reason", "replaced", url=worker.url)
+    assert dropped.returncode == 0, dropped.stderr
+    assert not any(path.exists() for path in files) and "table t dropped" in dropped.stdout
+    state = worker.get("/state")["state"]
+    assert "t" not in state["tables"] and not any(key.startswith("t@") for key in state["completions"])
+    assert state["jobs"]["j"]["status"] == "FINISHED"  # the job that wrote it stays on record
+
+
 def worker_state_from_replay(env: dict[str, str]) -> dict[str, Any]:
     from coordinator.client.state import StateReader
 
