@@ -291,7 +291,8 @@ class Processes:
 
 
 @contextmanager
-def stack(tmp: Path, system: str, barrier_interval_ms: int | None) -> Iterator[tuple[dict[str, str], Any]]:
+def stack(tmp: Path, system: str, barrier_interval_ms: int | None,
+          extra_env: dict[str, str] | None = None) -> Iterator[tuple[dict[str, str], Any]]:
     """A broker on a free port and, for Lockstep, a coordinator worker; the environment to reach them."""
     from bench.coordinator import start_broker
     from coordinator.dev.broker import free_port
@@ -303,6 +304,7 @@ def stack(tmp: Path, system: str, barrier_interval_ms: int | None) -> Iterator[t
            "PYSPARK_PYTHON": sys.executable, "LOCKSTEP_SPARK_LOG_LEVEL": "ERROR"}
     if barrier_interval_ms is not None:
         env["LOCKSTEP_BARRIER_INTERVAL_MS"] = str(barrier_interval_ms)
+    env.update(extra_env or {})
     worker = None
     try:
         if system == "lockstep":
