@@ -140,10 +140,7 @@ def _coordinator(settings: Settings, say: Callable[[str], None]) -> Iterator[Non
                         "starts one on 127.0.0.1:<port>; start it there with `lockstep worker`, or unset the variable")
     worker = WorkerProcess(_child_env(settings), url.port, settings.home / "logs" / "worker.log")
     say(f"starting a coordinator worker on {worker.url} (log {worker.log}) ...")
-    try:
-        worker.start()
-    except RuntimeError as exc:
-        raise DemoError(str(exc)) from exc
+    worker.start()  # WorkerError (could not start, exit 4) names its log
     try:
         yield
     finally:

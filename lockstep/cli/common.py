@@ -10,7 +10,6 @@ import click
 from rich.table import Table
 
 from coordinator.client.commands import emit
-from coordinator.client.rest import get_json
 from coordinator.domain import Command, CommandOutcome
 from coordinator.domain.errors import Rejected
 from coordinator.settings import Settings
@@ -27,11 +26,6 @@ def send(settings: Settings, command: Command, timeout: float) -> CommandOutcome
     keys = f" ({', '.join(outcome.keys)})" if outcome.keys else " (no change: already so)"
     click.echo(f"accepted: {outcome.command} {outcome.request_id}{keys}")
     return outcome
-
-
-def fetch(settings: Settings, path: str) -> Any:
-    """GET a coordinator view; an unreachable coordinator raises ``Unreachable`` (exit 3)."""
-    return get_json(settings, path)
 
 
 def load(path: str | Path) -> Pipeline:

@@ -9,10 +9,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from coordinator.client.rest import get_json
 from coordinator.domain.errors import LockstepError
-from coordinator.domain.events import JobStatus, TableKind
+from coordinator.domain.events import END_STATUSES, JobStatus, TableKind
 from coordinator.settings import Settings
-from lockstep.cli.common import delay_tables, fetch
+from lockstep.cli.common import delay_tables
 
 
 @click.command()
@@ -20,7 +21,7 @@ from lockstep.cli.common import delay_tables, fetch
 @click.pass_obj
 def topology(settings: Settings, fmt: str) -> None:
     """Tables, jobs and their edges, from the running coordinator."""
-    body = fetch(settings, "/topology")
+    body = get_json(settings, "/topology")
     if fmt == "json":
         click.echo(json.dumps(body, indent=2, sort_keys=True))
     elif fmt == "dot":
@@ -37,7 +38,7 @@ def topology(settings: Settings, fmt: str) -> None:
         table = Table("table", "kind", "writer", "generation", "reads")
         reads: dict[str, list[str]] = {}
         for j in body["jobs"].values():
-            if j["status"] in (JobStatus.RUNNING, JobStatus.STALLED):
+            if j["status"] not in END_STATUSES:
                 reads[j["sink"]] = j["sources"] + [f"kafka:{t}" for t in j["external_topics"]]
         stalled = sorted(job for job, j in body["jobs"].items() if j["status"] == JobStatus.STALLED)
         for name, t in body["tables"].items():
@@ -59,7 +60,7 @@ def delays(settings: Settings, last: int, fmt: str) -> None:
 
     The bottleneck (the job with the largest own delay upstream of the slowest table) is marked.
     """
-    body = fetch(settings, f"/delays?last={last}")
+    body = get_json(settings, f"/delays?last={last}")
     if fmt == "json":
         click.echo(json.dumps(body, indent=2, sort_keys=True))
         return

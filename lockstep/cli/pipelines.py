@@ -11,13 +11,12 @@ from pathlib import Path
 import click
 
 from coordinator.client.commands import new_request_id
+from coordinator.client.rest import get_json
 from coordinator.domain import DeregisterJob, DropTable, RequestRevision
 from coordinator.domain.errors import Rejected
-from coordinator.domain.events import JobStatus, split_key
+from coordinator.domain.events import END_STATUSES, JobStatus, split_key
 from coordinator.settings import Settings
-from lockstep.cli.common import fetch, load, send
-
-ACTIVE = (JobStatus.RUNNING, JobStatus.STALLED)  # not ended (a stalled job's process may come back)
+from lockstep.cli.common import load, send
 
 
 @click.command()
@@ -84,9 +83,9 @@ def stop_job(settings: Settings, job: str, cancel: bool, reason: str | None, tim
 
     Exit 0 recorded, 1 rejected (unknown job, already ended), 3 coordinator unreachable.
     """
-    topology_now = fetch(settings, "/topology")
+    topology_now = get_json(settings, "/topology")
     if job not in topology_now["jobs"]:  # a table: its running writer (a CTAS table may still be pending)
-        job = next((j for j, v in topology_now["jobs"].items() if v["sink"] == job and v["status"] in ACTIVE), job)
+        job = next((j for j, v in topology_now["jobs"].items() if v["sink"] == job and v["status"] not in END_STATUSES), job)
     status = JobStatus.CANCELED if cancel else JobStatus.FINISHED
     if reason is None:
         reason = f"lockstep stop by {_who()}"
@@ -137,7 +136,7 @@ def drop(settings: Settings, table: str, reason: str | None, timeout: float) -> 
     """
     from spark_jobs.ops.tables import remove_table_files
 
-    writers = [job for job, j in fetch(settings, "/topology")["jobs"].items() if j["sink"] == table]
+    writers = [job for job, j in get_json(settings, "/topology")["jobs"].items() if j["sink"] == table]
     send(settings, DropTable(new_request_id(), table, reason or f"lockstep drop by {_who()}"), timeout)
     removed = remove_table_files(settings, table, writers)
     click.echo(f"table {table} dropped; removed {', '.join(str(p) for p in removed) or 'no files (there were none)'}")

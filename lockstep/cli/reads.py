@@ -11,10 +11,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from coordinator.client.rest import get_json
 from coordinator.domain.errors import LockstepError, Unreachable, check_known
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
-from lockstep.cli.common import fetch, parse_when
+from lockstep.cli.common import parse_when
 
 LEVEL_CHOICE = click.Choice([level.value for level in ReadLevel])
 
@@ -59,7 +60,7 @@ def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | N
     except ParseError as exc:
         raise QueryError(f"the SQL does not parse: {exc}") from exc
     if tables:
-        check_known(tables, fetch(settings, "/topology")["tables"])
+        check_known(tables, get_json(settings, "/topology")["tables"])
     spark = build_session("lockstep-query", settings=settings)
     try:
         if not tables:  # only lineage tables: nothing to pin to a barrier
