@@ -35,6 +35,7 @@ from coordinator.domain.events import (
     LeaseState,
     RegisterJob,
     ReleaseLease,
+    RenewJob,
     RequestRevision,
     SourceVersion,
     TableKind,
@@ -78,9 +79,12 @@ def expire_leases(state: MetaState, now_ms: int) -> list[Tombstone]:
 def abandon_pending_tables(state: MetaState, now_ms: int, liveness_ms: int) -> list[Fact | Tombstone]:
     """A CREATE TABLE AS SELECT table whose job's process is gone before its first commit (a
     runner killed with ``kill -9`` runs no cleanup hook): once no job of that table has shown a
-    sign of life for twice the liveness window (a restarted runner re-registers well within
-    that, and an ended job's own cleanup hook drops it sooner), a job still RUNNING is recorded
-    FAILED and the table dropped. The leader's timer calls this, as it does ``expire_leases``."""
+    sign of life for twice the liveness window, a job still RUNNING is recorded FAILED and the
+    table dropped. Before that commit the signs of life are registrations and renewals: a
+    restarted runner registers its jobs again, and a live runner renews a job whose table is
+    still pending every third of the window (``RenewJob``, ``spark_jobs.ops.runner``), however
+    long that first commit takes. An ended job's own cleanup hook drops the table sooner. The
+    leader's timer calls this, as it does ``expire_leases``."""
     out: list[Fact | Tombstone] = []
     for name in state.pending():
         seen = max((state.last_seen(j) for j in state.jobs.values() if j.sink == name), default=0)
@@ -194,7 +198,8 @@ def _(cmd: RegisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]
                 f"not {cmd.sink!r}; stop it first (lockstep stop {cmd.job_id}) or use another id"
             )
         if (existing.sources, existing.external_topics, existing.sql) == (cmd.sources, cmd.external_topics, cmd.sql):
-            return []  # re-registering the same job is a no-op
+            # The same job again: a runner restarted it. Nothing changes but its sign of life.
+            return [replace(existing, updated_at_ms=now_ms)]
         _check_cycles(state, cmd)
         # A changed query: barriers the job commits from now on use it; `revise` recomputes earlier ones.
         redefined = replace(existing, sources=cmd.sources, external_topics=cmd.external_topics, sql=cmd.sql,
@@ -248,6 +253,16 @@ def _(cmd: DeregisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombston
     if sink is not None and sink.writer == job.job_id:
         facts.append(replace(sink, writer=None))
     return facts
+
+
+@_decide.register
+def _(cmd: RenewJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+    job = state.jobs.get(cmd.job_id)
+    if job is None:
+        raise Rejected(f"unknown job {cmd.job_id!r}")
+    if job.status in END_STATUSES:  # never brings a stopped job back
+        raise Rejected(f"job {cmd.job_id!r} ended as {job.status}: stop its runner, or run it again")
+    return [replace(job, updated_at_ms=now_ms)]
 
 
 @_decide.register

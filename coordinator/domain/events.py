@@ -113,6 +113,15 @@ class DeregisterJob:
 
 
 @dataclass(frozen=True)
+class RenewJob:
+    """A runner's word that a running job of it is alive: a job whose table has no first
+    commit yet has no other sign of life (the leader drops a pending table whose runner died)."""
+
+    request_id: str
+    job_id: str
+
+
+@dataclass(frozen=True)
 class AcquireLease:
     """Hold the versions of ``tables`` at exact point ``barrier``; the same id renews."""
 
@@ -151,7 +160,8 @@ class DropTable:
     reason: str = ""
 
 
-Command = DeclareTable | RegisterJob | DeregisterJob | AcquireLease | ReleaseLease | RequestRevision | DropTable
+Command = (DeclareTable | RegisterJob | DeregisterJob | RenewJob | AcquireLease | ReleaseLease | RequestRevision
+           | DropTable)
 
 # -- facts -----------------------------------------------------------------------------------
 
@@ -248,6 +258,7 @@ EVENT_TYPES: Final[tuple[type, ...]] = (
     DeclareTable,
     RegisterJob,
     DeregisterJob,
+    RenewJob,
     AcquireLease,
     ReleaseLease,
     RequestRevision,

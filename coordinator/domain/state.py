@@ -181,8 +181,11 @@ class MetaState:
 
     def live_jobs(self, now_ms: int, liveness_ms: int) -> list[JobState]:
         """Running jobs that registered or committed within ``liveness_ms``: only these hold
-        barriers back, so one dead job never freezes the topology."""
-        live = [j for j in self.active_jobs() if j.status == JobStatus.RUNNING and now_ms - self.last_seen(j) <= liveness_ms]
+        barriers back, so one dead job never freezes the topology. A job still creating its CTAS
+        table holds none back either: it is kept alive by renewals however long it waits for
+        its sources, and its first commit covers every barrier up to then anyway."""
+        live = [j for j in self.active_jobs() if j.status == JobStatus.RUNNING and self.created(j.sink)
+                and now_ms - self.last_seen(j) <= liveness_ms]
         return sorted(live, key=lambda j: j.job_id)
 
     def status_of(self, job: JobState, now_ms: int, liveness_ms: int) -> str:

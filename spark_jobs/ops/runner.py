@@ -20,9 +20,10 @@ from pyspark.sql.streaming import StreamingQuery
 from coordinator.client.commands import emit, new_request_id
 from coordinator.client.state import StateReader, read_state
 from coordinator.client.topics import Topics
-from coordinator.domain import Command, DeclareTable, DeregisterJob, JobState, RegisterJob
+from coordinator.domain import Command, DeclareTable, DeregisterJob, JobState, RegisterJob, RenewJob
 from coordinator.domain.errors import Rejected
 from coordinator.domain.events import END_STATUSES, JobStatus, TableKind
+from coordinator.domain.state import MetaState
 from coordinator.domain.work import BarrierWork
 from coordinator.settings import Settings
 from spark_jobs.ops.ctas_cleanup import CtasCleanup
@@ -131,6 +132,9 @@ class Supervisor:
     job that fails once more than that is given up and recorded FAILED. ``hooks`` hear of every
     start and end (``spark_jobs.ops.hooks``); the CTAS cleanup (``spark_jobs.ops.ctas_cleanup``)
     always listens. The jobs' tables are vacuumed every ``LOCKSTEP_VACUUM_EVERY_S`` (``upkeep``).
+    A job whose CTAS table is still pending (no first commit yet) is renewed (``RenewJob``) every
+    third of the liveness window, so the leader knows this runner is alive however long that
+    first commit takes (it drops a pending table whose runner went silent).
 
     Example::
 
@@ -155,6 +159,7 @@ class Supervisor:
     _retry_at: dict[str, float] = field(default_factory=dict)
     _status_reader: StateReader | None = None
     _status_read_at: float = 0.0
+    _renewed_at: float = 0.0
     _upkeep: TableUpkeep | None = None
 
     def __post_init__(self) -> None:
@@ -172,6 +177,7 @@ class Supervisor:
         now = time.monotonic()
         for job in self._ended_jobs(now):
             self._end(job)
+        self._renew_pending(now)
         for job_id, query in list(self.queries.items()):
             if query.isActive:
                 continue
@@ -215,14 +221,38 @@ class Supervisor:
         if not self.follow_status or now - self._status_read_at < 1.0 or not self.queries:
             return []
         self._status_read_at = now
+        state = self._read_state("job statuses")
+        if state is None:
+            return []
+        return [j for job_id in self.queries if (j := state.jobs.get(job_id)) is not None and j.status in END_STATUSES]
+
+    def _renew_pending(self, now: float) -> None:
+        """Renew this runner's running jobs whose table is still pending (see the class)."""
+        every = self.settings.barriers.liveness_ms / 3000
+        if now - self._renewed_at < every or not self.queries:
+            return
+        self._renewed_at = now
+        state = self._read_state("pending tables")
+        pending = set(state.pending()) if state is not None else set()
+        for job in self.pipeline.jobs:
+            if job.job_id not in self.queries or job.sink not in pending:
+                continue
+            try:
+                outcome = emit(self.settings, RenewJob(new_request_id(), job.job_id), timeout=max(every, 1.0))
+                if not outcome.accepted:
+                    self.report(f"could not renew job {job.job_id}: {outcome.reason}")
+            except Exception as exc:  # noqa: BLE001 - renewed again next time; the job keeps running
+                self.report(f"could not renew job {job.job_id}: {exc}")
+
+    def _read_state(self, what: str) -> MetaState | None:
+        """The coordinator's state as of now, or None (reported) if it cannot be read."""
         try:
             if self._status_reader is None:
                 self._status_reader = StateReader(self.settings, Topics(self.settings.topic_prefix))
-            state = self._status_reader.read_to_end(timeout=10)
-        except Exception as exc:  # noqa: BLE001 - the jobs keep running; statuses are read again next time
-            self.report(f"could not read job statuses from {self.settings.bootstrap}: {exc}")
-            return []
-        return [j for job_id in self.queries if (j := state.jobs.get(job_id)) is not None and j.status in END_STATUSES]
+            return self._status_reader.read_to_end(timeout=10)
+        except Exception as exc:  # noqa: BLE001 - the jobs keep running; the state is read again next time
+            self.report(f"could not read {what} from {self.settings.bootstrap}: {exc}")
+            return None
 
     def _end(self, job: JobState) -> None:
         query = self.queries.pop(job.job_id)

@@ -29,6 +29,7 @@ FINGERPRINT_HISTORY: dict[str, list[str]] = {
     "LeaseState": ["c53a8fc6255c4253"],
     "RegisterJob": ["d68aca1f014d7178"],
     "ReleaseLease": ["4ba16faf21a75a71"],
+    "RenewJob": ["9a23d68a14077950"],
     "RequestRevision": ["844b7f89978d3359"],
     "TableState": ["a64befcbeb40566b", "aef45aad7b0a9ab4"],
 }

@@ -65,3 +65,13 @@ def test_jobs_registered_later_only_count_barriers_after_their_start(make_state:
     )
     assert late.jobs["j"].start_barrier == 9
     assert plan_barrier(late, now_ms=0, cut=[], config=config).barrier == 10
+
+
+def test_a_job_creating_its_ctas_table_holds_no_barrier_back(make_state: MakeState) -> None:
+    config = BarrierConfig(max_inflight=1)
+    creating = [DeclareTable("s", "src", "root"), DeclareTable("a", "totals", "intermediate", ctas=True),
+                RegisterJob("b", "maintain_totals", "totals", sources=("src",))]
+    state = make_state(*creating, *(BarrierAnnounced(b, b) for b in (1, 2, 3)), now_ms=0)
+    assert plan_barrier(state, now_ms=0, cut=[], config=config).barrier == 4  # its first commit covers them all
+    state = fold_all([BarrierCompleted("maintain_totals", "totals", 1, 0, 0, committed_at_ms=0)], state)
+    assert plan_barrier(state, now_ms=0, cut=[], config=config) is None  # created: now it does

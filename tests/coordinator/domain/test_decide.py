@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -17,6 +18,7 @@ from coordinator.domain import (
     MetaState,
     RegisterJob,
     ReleaseLease,
+    RenewJob,
     RequestRevision,
     SourceVersion,
     TableState,
@@ -94,14 +96,27 @@ def test_cycle_is_rejected_with_its_path(make_state: MakeState) -> None:
     assert rejection(state, RegisterJob("g", "j4", "t3", sources=("t3",))) == "job 'j4' would create a cycle: t3 -> t3"
 
 
-def test_redeclaring_and_reregistering_the_same_thing_is_an_accepted_no_op(make_state: MakeState) -> None:
+def test_redeclaring_the_same_table_is_an_accepted_no_op(make_state: MakeState) -> None:
     state = make_state(shopping_topology=True)
-    for command in (
-        DeclareTable("z1", "shopping", "root", ("user_id", "item_id")),
-        RegisterJob("z2", "amount_job", "user_item_amount", sources=("shopping",)),
-    ):
-        decision = decide(state, command, now_ms=9)
-        assert decision.outcome.accepted and decision.facts == ()
+    decision = decide(state, DeclareTable("z1", "shopping", "root", ("user_id", "item_id")), now_ms=9)
+    assert decision.outcome.accepted and decision.facts == ()
+
+
+def test_reregistering_the_same_job_only_renews_its_sign_of_life(make_state: MakeState) -> None:
+    state = make_state(shopping_topology=True)
+    before = state.jobs["amount_job"]
+    decision = decide(state, RegisterJob("z2", "amount_job", "user_item_amount", sources=("shopping",)), now_ms=10**6)
+    assert decision.outcome.accepted
+    assert decision.facts == (replace(before, updated_at_ms=10**6),)
+
+
+def test_a_renewal_is_a_running_job_s_sign_of_life_and_never_restarts_an_ended_one(make_state: MakeState) -> None:
+    state = make_state(shopping_topology=True, now_ms=1)
+    decision = decide(state, RenewJob("r", "amount_job"), now_ms=5_000)
+    assert decision.facts == (replace(state.jobs["amount_job"], updated_at_ms=5_000),)
+    assert rejection(state, RenewJob("r", "nope")) == "unknown job 'nope'"
+    ended = make_state(DeregisterJob("c", "amount_job", "CANCELED"), shopping_topology=True)
+    assert "ended as CANCELED" in rejection(ended, RenewJob("r", "amount_job"))
 
 
 def test_a_running_job_registered_with_a_changed_query_keeps_its_place_and_uses_the_new_query(
@@ -277,6 +292,8 @@ def test_a_ctas_table_whose_job_died_before_its_first_commit_is_dropped(make_sta
     job, table = abandon_pending_tables(state, now_ms=62_000, liveness_ms=30_000)
     assert (job.job_id, job.status, table) == ("maintain_totals", "FAILED", Tombstone("table:totals"))
     assert "went silent 61 s ago, before the first commit of totals" in job.reason
+    renewed = fold_all(decide(state, replace(pending[1], request_id="c"), now_ms=50_000).facts, state.copy())
+    assert abandon_pending_tables(renewed, now_ms=62_000, liveness_ms=30_000) == []  # a runner said it is alive
     after = fold_all([job, table], state.copy())
     assert "totals" not in after.tables and after.jobs["maintain_totals"].status == "FAILED"
     orphan = make_state(*pending, DeregisterJob("c", "maintain_totals", "FAILED", "boom"), shopping_topology=True)

@@ -3,6 +3,7 @@ hooks, delays and lineage show it, and running the pipeline again continues wher
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -98,3 +99,24 @@ def test_stop_finishes_or_cancels_a_job_and_run_again_continues_it(
             dict(Counter(sent))
         assert {j: s.status for j, s in read_state(settings).jobs.items()} == dict.fromkeys(
             ["ingest_events", "maintain_sums", "maintain_counts"], "RUNNING")
+
+
+def test_a_live_runner_keeps_its_pending_ctas_table_however_long_the_first_commit_takes(
+    spark: SparkSession, make_stack: Callable[[], Stack], make_topic: Callable, coordinator_env: dict[str, str],
+) -> None:
+    coordinator_env["LOCKSTEP_JOB_LIVENESS_MS"] = "1000"  # a pending table silent for 2 s is dropped
+    stack = make_stack()
+    settings = stack.settings
+    pipeline = parse_pipeline(PIPELINE.format(topic=make_topic(partitions=1)))
+    register_pipeline(settings, pipeline)
+    # only the CTAS job runs: events gets no exact point, so sums cannot make its first commit
+    with supervised(spark, pipeline, settings, only=["maintain_sums"]) as supervisor:
+        time.sleep(8)  # four times what the leader waits for a sign of life
+        topology = get_json(settings, "/topology")
+        assert "sums" in topology["pending"] and supervisor.queries["maintain_sums"].isActive
+        assert read_state(settings).jobs["maintain_sums"].status == "RUNNING"
+    # the runner is gone (stopped without its hooks, as if killed): the leader drops the table
+    wait_until(lambda: "sums" not in get_json(settings, "/topology")["pending"], "the abandoned table dropped", timeout=30)
+    job = read_state(settings).jobs["maintain_sums"]
+    assert job.status == "FAILED" and "before the first commit of sums" in job.reason
+    assert "counts" not in get_json(settings, "/topology")["pending"]  # its runner never started: dropped too
