@@ -61,6 +61,7 @@ class Settings:
     crash_at: CrashAt | None = None
     compact_every: int = 100  # a job compacts its table's small files after every this many commits (0: never)
     vacuum_every_s: int = 600  # `lockstep run` vacuums its jobs' tables this often (0: never)
+    log_retention_hours: int = 24  # Delta log entries older than this (rounded down to midnight) go at a checkpoint
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -89,6 +90,7 @@ class Settings:
             crash_at=_crash_at(env.get("LOCKSTEP_CRASH_AT")),
             compact_every=_whole_number(env, "LOCKSTEP_COMPACT_EVERY", 100, minimum=0),
             vacuum_every_s=_whole_number(env, "LOCKSTEP_VACUUM_EVERY_S", 600, minimum=0),
+            log_retention_hours=_whole_number(env, "LOCKSTEP_LOG_RETENTION_HOURS", 24),
         )
         _ = settings.bootstrap_port  # validate early, with a message that names the variable
         _ = settings.coordinator_port

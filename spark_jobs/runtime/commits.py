@@ -27,7 +27,7 @@ from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierCompleted, OffsetRange, PhaseTime, SourceVersion, entity_key
 from coordinator.settings import CrashAt, Settings
-from spark_jobs.runtime.delta_log import newest_commit, parse_metadata, prepare_next_write
+from spark_jobs.runtime.delta_log import align_log_retention, newest_commit, parse_metadata, prepare_next_write
 from spark_jobs.runtime.faults import crash_point
 from spark_jobs.runtime.session import session_conf
 from spark_jobs.runtime.stopwatch import Stopwatch
@@ -93,6 +93,7 @@ class DeltaSink:
             self.exists = True
         if self.exists:
             self._load_history()
+            self._upkeep_done = self._upkeep.submit(align_log_retention, self.spark, self.path)
 
     def _clear_unfinished_create(self) -> None:
         """A process killed while creating the table can leave a ``_delta_log`` without any

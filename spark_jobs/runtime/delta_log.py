@@ -17,6 +17,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from spark_jobs.runtime.session import LOG_RETENTION_DEFAULT
+
 
 def _delta(spark: SparkSession) -> Any:
     return spark._jvm.org.apache.spark.sql.delta  # type: ignore[union-attr]
@@ -52,6 +54,17 @@ def table_bytes(spark: SparkSession, path: str) -> int:
     snapshot = _log(spark, path).unsafeVolatileSnapshot()
     checksum = snapshot.checksumOpt()
     return int(checksum.get().tableSizeBytes() if checksum.isDefined() else snapshot.sizeInBytes())
+
+
+def align_log_retention(spark: SparkSession, path: str) -> None:
+    """Give a table created before the session's log retention was set (or with another one)
+    that retention; the sink calls this in its upkeep slot, where no write of its own races it."""
+    wanted = spark.conf.get(LOG_RETENTION_DEFAULT, None)
+    configuration = _log(spark, path).unsafeVolatileSnapshot().metadata().configuration()
+    current = configuration.get("delta.logRetentionDuration")
+    if wanted and (not current.isDefined() or current.get() != wanted):
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.logRetentionDuration' = '{wanted}', "
+                  f"'delta.deletedFileRetentionDuration' = '{wanted}')")
 
 
 def prepare_next_write(spark: SparkSession, path: str, checkpoint: bool, compact: bool = False) -> None:

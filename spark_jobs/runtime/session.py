@@ -48,11 +48,24 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.adaptive.enabled": "false",
     "spark.databricks.delta.snapshotPartitions": "1",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
+    # Which versions stay readable is Lockstep's vacuum's decision (leases, jobs, retained
+    # barriers; ``spark_jobs.ops.vacuum``), not Delta's deletedFileRetentionDuration: a leased
+    # exact point older than that horizon must still read.
+    "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration": "false",
     # Jobs sharing an application take turns task by task (each job has its own pool, set by
     # the runner), instead of first come, first served: under FIFO an aggregate's barrier of a
     # few small tasks waited for all the root job's tasks of the next barrier.
     "spark.scheduler.mode": "FAIR",
 }
+
+# Every table this session creates keeps its log entries this long (LOCKSTEP_LOG_RETENTION_HOURS,
+# Delta's default is 30 days): older ones go at the table's next checkpoint, so the log of a
+# table committed every barrier for weeks stays bounded (``delta_log.prepare_next_write``).
+# Delta rounds the cut-off down to midnight (UTC), so up to a day more is kept.
+# Delta wants its own vacuum horizon no longer than that; Lockstep's vacuum does not use it (it
+# deletes from its own inventory), so both get the same value.
+LOG_RETENTION_DEFAULT = "spark.databricks.delta.properties.defaults.logRetentionDuration"
+RETENTION_DEFAULTS = (LOG_RETENTION_DEFAULT, "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration")
 
 # Loggers whose warnings say nothing a Lockstep user can act on: a barrier's micro-batch
 # taking longer than the query's trigger interval is normal (the trigger only asks for barriers),
@@ -96,7 +109,8 @@ def build_session(
         .config("spark.jars", ",".join(str(j.absolute()) for j in spark_jars(settings)))
         .config("spark.sql.warehouse.dir", str(settings.warehouse.absolute()))
     )
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+    retention = dict.fromkeys(RETENTION_DEFAULTS, f"interval {settings.log_retention_hours} hours")
+    for key, value in {**DEFAULT_CONF, **retention, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level or "WARN")

@@ -44,7 +44,7 @@ def test_every_knob_is_typed_and_defaults_follow_the_readme() -> None:
     assert (s.barriers.interval_ms, s.barriers.max_inflight, s.barriers.liveness_ms, s.barriers.catchup_stride) == \
         (1000, 3, 30000, 10)
     assert (s.spark_master, s.spark_log_level, s.crash_at, s.schemas) == ("local[2]", None, None, None)
-    assert (s.compact_every, s.vacuum_every_s, s.retain_barriers) == (100, 600, 100)
+    assert (s.compact_every, s.vacuum_every_s, s.retain_barriers, s.log_retention_hours) == (100, 600, 100, 24)
     set_ = Settings.from_env({"LOCKSTEP_BARRIER_INTERVAL_MS": "200", "LOCKSTEP_BARRIER_CATCHUP_STRIDE": "5",
                               "LOCKSTEP_SPARK_LOG_LEVEL": "error", "LOCKSTEP_CRASH_AT": "before_completion:0.25",
                               "LOCKSTEP_SPARK_MASTER": "spark://127.0.0.1:7077", "LOCKSTEP_SCHEMAS": "/s"})

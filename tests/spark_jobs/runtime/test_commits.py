@@ -1,7 +1,10 @@
-"""Barrier commits on real Delta tables: idempotence and recovery from a cut-short creation."""
+"""Barrier commits on real Delta tables: idempotence, recovery from a cut-short creation, and the
+upkeep between barriers (compaction, log retention)."""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,7 +12,8 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from spark_jobs.runtime.commits import DeltaSink
+from spark_jobs.runtime.commits import CHECKPOINT_EVERY, DeltaSink
+from spark_jobs.runtime.session import RETENTION_DEFAULTS, session_conf
 
 pytestmark = [pytest.mark.integration]
 
@@ -47,3 +51,35 @@ def test_compaction_between_barriers_changes_no_exact_point(spark: SparkSession,
     assert changes == 7 * 5  # each barrier's rows once: compaction adds no change rows
     files_now = len(spark.read.format("delta").load(path).inputFiles())
     assert files_now < 7 * 2  # 2 files a barrier without compaction
+
+
+def test_old_log_entries_go_at_a_checkpoint_and_every_kept_exact_point_still_reads(
+    spark: SparkSession, table_path: Callable[[str], str]
+) -> None:
+    path = table_path("log_retention")
+    log = Path(path) / "_delta_log"
+    write = lambda b: lambda: spark.createDataFrame([(b,)], "b BIGINT").write.format("delta").mode("append").save(path)  # noqa: E731
+    DeltaSink(spark, path, "job", "b BIGINT").commit(1, 0, write(1))  # created with the session's retention
+    with session_conf(spark, dict.fromkeys(RETENTION_DEFAULTS, "interval 1 hours")):
+        sink = DeltaSink(spark, path, "job", "b BIGINT")  # an existing table gets the retention asked now
+        sink._finish_upkeep()
+        properties = DeltaTable.forPath(spark, path).detail().first()["properties"]
+        assert properties["delta.logRetentionDuration"] == "interval 1 hours"
+        for barrier in range(2, 2 + CHECKPOINT_EVERY):  # the sink checkpoints after its 10th commit
+            sink.commit(barrier, 0, write(barrier))
+        sink._finish_upkeep()
+        aged = time.time() - 3 * 86_400  # everything so far as if written three days ago
+        for i, file in enumerate(sorted(log.glob("0*"))):
+            os.utime(file, (aged + i, aged + i))
+        for barrier in range(2 + CHECKPOINT_EVERY, 2 + 2 * CHECKPOINT_EVERY):  # the next checkpoint cleans up
+            sink.commit(barrier, 0, write(barrier))
+        sink._finish_upkeep()
+    commits = sorted(int(p.stem) for p in log.glob("*.json"))
+    checkpoints = sorted(int(p.name.split(".")[0]) for p in log.glob("*.checkpoint.parquet"))
+    assert commits[0] == checkpoints[0] > 0, (commits, checkpoints)  # what is older than the aged checkpoint went
+    for (_, barrier), version in sink.versions.items():
+        if version >= commits[0]:  # what is left reads as it did
+            rows = spark.read.format("delta").option("versionAsOf", version).load(path).collect()
+            assert sorted(r["b"] for r in rows) == list(range(1, barrier + 1))
+    restarted = DeltaSink(spark, path, "job", "b BIGINT")  # a restart finds the newest barriers' versions
+    assert max(restarted.versions) == max(sink.versions)
