@@ -272,6 +272,15 @@ EVENT_TYPES: Final[tuple[type, ...]] = (
 )
 
 
+def dead_letters(table: str) -> str:
+    """The Delta table beside a root table that holds the records its job could not ingest.
+
+    >>> dead_letters("shopping")
+    'shopping__dlq'
+    """
+    return f"{table}__dlq"
+
+
 def table_key(name: str) -> str:
     return f"table:{name}"
 

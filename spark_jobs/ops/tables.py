@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from coordinator.domain.events import dead_letters
 from coordinator.settings import Settings
 
 
@@ -16,7 +17,7 @@ def table_dirs(settings: Settings, table: str, jobs: Iterable[str] = ()) -> list
     """Where ``table`` and what belongs to it live (whether or not they exist)."""
     warehouse = settings.warehouse.absolute()
     checkpoints = (settings.home / "checkpoints").absolute()
-    return [warehouse / table, warehouse / f"{table}__dlq", *(checkpoints / job for job in sorted(set(jobs)))]
+    return [warehouse / table, warehouse / dead_letters(table), *(checkpoints / job for job in sorted(set(jobs)))]
 
 
 def remove_table_files(settings: Settings, table: str, jobs: Iterable[str] = ()) -> list[Path]:

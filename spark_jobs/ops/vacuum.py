@@ -3,7 +3,9 @@
 The coordinator's state says which versions of a table must stay readable and why
 (``coordinator.domain.retention``); the oldest of them is the table's floor. The files to
 delete are those no version from the floor on references, written before the floor was
-committed (so a write in flight is never touched). Delta's own VACUUM deletes them, given
+committed (so a write in flight is never touched). A root table's dead letters (``<t>__dlq``)
+go with it: they keep every version from the one that held them at the table's oldest kept
+exact point (a revision puts them back there). Delta's own VACUUM deletes them, given
 exactly that list as its inventory: its time-based retention counts in whole hours
 (``RETAIN 0.5 HOURS`` is rounded), too coarse to keep one version and not the one before.
 The warehouse must be a local or mounted path.
@@ -29,8 +31,10 @@ from pyspark.sql import functions as F
 from coordinator.client.state import read_state
 from coordinator.domain import MetaState
 from coordinator.domain.errors import check_known
+from coordinator.domain.events import dead_letters
 from coordinator.domain.retention import Keep, versions_to_keep
 from coordinator.settings import Settings
+from spark_jobs.runtime.delta_log import parse_metadata
 from spark_jobs.runtime.session import session_conf
 
 SAFETY_MS = 1000  # only files written this long before the floor's commit may go (clock and write skew)
@@ -62,13 +66,38 @@ def vacuum(spark: SparkSession, settings: Settings, tables: Sequence[str] = (), 
     names = list(tables) or sorted(state.tables)
     check_known(names, state.tables)
     retain = settings.retain_barriers if retain_barriers is None else retain_barriers
-    return [_vacuum_table(spark, str(settings.warehouse.absolute() / name), name, state, retain, dry_run)
-            for name in names]
+    reports = []
+    for name in names:
+        path = str(settings.warehouse.absolute() / name)
+        report = _vacuum_table(spark, path, name, versions_to_keep(state, name, retain), dry_run)
+        reports.append(report)
+        dead = str(settings.warehouse.absolute() / dead_letters(name))
+        if report.floor is not None and DeltaTable.isDeltaTable(spark, dead):
+            keeps = _dead_letters_to_keep(spark, dead, name, state, report.floor)
+            reports.append(_vacuum_table(spark, dead, dead_letters(name), keeps, dry_run))
+    return reports
 
 
-def _vacuum_table(spark: SparkSession, path: str, name: str, state: MetaState, retain: int,
-                  dry_run: bool) -> VacuumReport:
-    keeps = versions_to_keep(state, name, retain)
+def _dead_letters_to_keep(spark: SparkSession, path: str, table: str, state: MetaState, floor: int) -> list[Keep]:
+    """The dead letters' versions as of ``table``'s oldest kept exact point (at version ``floor``
+    or later): per generation, its newest commit at or before that barrier, else its oldest."""
+    everything = [Keep(0, f"{table} has no exact point to align its dead letters with")]
+    kept = [b for b, v in state.exact_points(table).items() if v >= floor]
+    if not kept:
+        return everything
+    barrier = min(kept)
+    by_generation: dict[int, list[tuple[int, int]]] = {}
+    for row in DeltaTable.forPath(spark, path).history().select("version", "userMetadata").collect():
+        meta = parse_metadata(row["userMetadata"])
+        if "barrier" in meta:
+            by_generation.setdefault(int(meta.get("generation", 0)), []).append((int(meta["barrier"]), int(row["version"])))
+    versions = [max((v for b, v in commits if b <= barrier), default=min(v for _, v in commits))
+                for commits in by_generation.values()]
+    reason = f"dead letters as of barrier {barrier}, the oldest kept exact point of {table}"
+    return [Keep(min(versions), reason)] if versions else everything
+
+
+def _vacuum_table(spark: SparkSession, path: str, name: str, keeps: list[Keep], dry_run: bool) -> VacuumReport:
     if not DeltaTable.isDeltaTable(spark, path):
         return VacuumReport(name, None, keeps, [], dry_run)
     commits = {int(r["version"]): int(r["at"]) for r in DeltaTable.forPath(spark, path).history()

@@ -34,6 +34,7 @@ import sqlglot
 from sqlglot import exp
 
 from coordinator.domain.errors import LockstepError
+from coordinator.domain.events import dead_letters
 from spark_jobs.planning.pipeline import DerivedTable, Job, Pipeline, RootTable, tables_read
 
 HIDDEN = "__lockstep_"  # prefix of bookkeeping columns kept in aggregate tables
@@ -368,5 +369,5 @@ def explain_job(pipeline: Pipeline, job: Job) -> str:
     if isinstance(table, RootTable):
         how = f"upsert (MERGE) by key ({', '.join(table.primary_key)})" if table.primary_key else "append"
         return (f"root ingestion from Kafka topic {table.topic}, format {table.format}, {how}; "
-                f"one Delta commit per barrier, bad records to {table.name}__dlq")
+                f"one Delta commit per barrier, bad records to {dead_letters(table.name)}")
     return plan_for(pipeline, table).explain()

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
 from coordinator.client.clock import now_ms
+from coordinator.domain.events import dead_letters
 from coordinator.domain.work import EMPTY, BarrierWork
 from coordinator.settings import CrashAt
 from spark_jobs.planning.pipeline import RootTable
@@ -46,8 +47,8 @@ class RootIngestion:
             check_avro_schema(self.table)
         self.sink = DeltaSink(self.spark, str(self.warehouse / self.table.name), self.job_id, self.table.schema_ddl,
                               crash_at=self.crash_at, compact_every=self.compact_every)
-        self.dlq = DeltaSink(self.spark, str(self.warehouse / f"{self.table.name}__dlq"), f"{self.job_id}__dlq", DLQ_SCHEMA,
-                             crash_at=self.crash_at, compact_every=self.compact_every)
+        self.dlq = DeltaSink(self.spark, str(self.warehouse / dead_letters(self.table.name)), dead_letters(self.job_id),
+                             DLQ_SCHEMA, crash_at=self.crash_at, compact_every=self.compact_every)
 
     def read_range(self, work: BarrierWork) -> DataFrame | None:
         ranges = [r for r in work.offsets if r.end > max(r.start, 0)]
