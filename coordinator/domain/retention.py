@@ -1,7 +1,8 @@
 """Which Delta versions of a table must stay readable, and why: what ``lockstep vacuum`` keeps.
 
-A version stays when a repeatable-read lease holds it; when a running job reads from it next
-(an intermediate job reads its sources' changes after the versions it last read); when it is
+A version stays when a repeatable-read lease holds it; when a job reads from it next (an
+intermediate job reads its sources' changes after the versions it last read), running or
+stopped while its table has no other writer (run again, it goes on from there); when it is
 the table's newest exact point, or the exact point readers pick now (the newest barrier that
 is an exact point of every table); or when it is the exact point of one of the newest
 ``retain_barriers`` announced barriers. Everything older than the oldest of these may go.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.domain.events import JobStatus
+from coordinator.domain.events import JobState, JobStatus
 from coordinator.domain.state import MetaState
 
 
@@ -36,13 +37,14 @@ def versions_to_keep(state: MetaState, table: str, retain_barriers: int = 0) -> 
         keeps += [Keep(v.version, f"lease {lease.lease_id} of {lease.holder} holds it (barrier {lease.barrier})")
                   for v in lease.versions if v.table == table]
     for job in sorted(state.jobs.values(), key=lambda j: j.job_id):
-        if job.status != JobStatus.RUNNING or table not in job.sources:
+        if table not in job.sources or not _reads_again(state, job):
             continue
         done = state.exact_points(job.sink)
         if not done:
             continue
         last = state.completions[job.sink][max(done)]
-        keeps += [Keep(v.version, f"job {job.job_id} reads the changes after it next (barrier {last.barrier})")
+        when = "next" if job.status == JobStatus.RUNNING else f"when run again ({job.status})"
+        keeps += [Keep(v.version, f"job {job.job_id} reads the changes after it {when} (barrier {last.barrier})")
                   for v in last.source_versions if v.table == table]
     points = state.exact_points(table)
     if points:
@@ -56,3 +58,12 @@ def versions_to_keep(state: MetaState, table: str, retain_barriers: int = 0) -> 
             keeps.append(Keep(points[min(window)], f"exact point of barrier {min(window)}, within the newest "
                                                    f"{retain_barriers} barriers (--retain-barriers)"))
     return sorted(keeps, key=lambda k: (k.version, k.reason))
+
+
+def _reads_again(state: MetaState, job: JobState) -> bool:
+    """Whether ``job`` will read its sources from where it stopped: it runs, or it ended and
+    its table is still there with no other job writing it (``lockstep drop`` releases it)."""
+    if job.status == JobStatus.RUNNING:
+        return True
+    writer = state.writer_of(job.sink)
+    return job.sink in state.tables and (writer is None or writer.job_id == job.job_id)

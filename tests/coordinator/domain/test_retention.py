@@ -1,5 +1,6 @@
-"""What vacuum keeps: leased versions, running jobs' read positions, the exact points readers
-pick, and the retention window; stopped jobs and released leases hold nothing."""
+"""What vacuum keeps: leased versions, jobs' read positions (a stopped job's too, until its
+table is dropped or written by another job), the exact points readers pick, and the retention
+window; released leases hold nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from coordinator.domain import (
     BarrierAnnounced,
     BarrierCompleted,
     DeregisterJob,
+    DropTable,
     MetaState,
     ReleaseLease,
     SourceVersion,
@@ -41,10 +43,15 @@ def test_keeps_leases_job_positions_and_the_newest_points(make_state: MakeState)
     assert "amount_job" in keeps[1].reason and "rr-1 of me@host:1" in keeps[0].reason
 
 
-def test_a_released_lease_and_a_stopped_job_hold_nothing(make_state: MakeState) -> None:
+def test_a_released_lease_holds_nothing_and_a_stopped_job_what_it_reads_when_run_again(make_state: MakeState) -> None:
     state = make_state(*history(8), AcquireLease("l", "rr-1", "me", ("shopping",), 3), ReleaseLease("r", "rr-1"),
                        DeregisterJob("d", "amount_job", "FINISHED"), shopping_topology=True)
-    assert {k.version for k in versions_to_keep(state, "shopping")} == {18}
+    keeps = versions_to_keep(state, "shopping")
+    assert {k.version for k in keeps} == {17, 18}
+    assert "job amount_job reads the changes after it when run again (FINISHED)" in keeps[0].reason
+    dropped = make_state(*history(8), DeregisterJob("d", "amount_job", "CANCELED"), DropTable("x", "user_item_amount"),
+                         shopping_topology=True)
+    assert {k.version for k in versions_to_keep(dropped, "shopping")} == {18}  # its table is gone: nothing to resume
 
 
 def test_retain_barriers_keeps_the_exact_points_of_the_newest_barriers(make_state: MakeState) -> None:
