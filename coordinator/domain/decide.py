@@ -299,6 +299,8 @@ def _(cmd: ReleaseLease, state: MetaState, now_ms: int) -> list[Fact | Tombstone
 @_decide.register
 def _(cmd: RequestRevision, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
     table = _table(state, cmd.table)
+    if cmd.request_id in table.revision_requests:
+        return []  # decided before (a command read again after a failover): done already
     if cmd.expected_generation is not None and cmd.expected_generation != table.generation:
         raise Rejected(
             f"stale generation: table {cmd.table!r} is at generation {table.generation}, "
@@ -318,7 +320,9 @@ def _(cmd: RequestRevision, state: MetaState, now_ms: int) -> list[Fact | Tombst
         if not cmd.full and start not in state.exact_points(name) and start != 0:
             raise Rejected(f"table {name!r} has no exact point at barrier {start}; revise to another barrier")
         generation = t.generation + 1
-        facts.append(replace(t, generation=generation, generations=(*t.generations, GenerationStart(generation, start))))
+        requests = (*t.revision_requests, cmd.request_id) if name == cmd.table else t.revision_requests
+        facts.append(replace(t, generation=generation, generations=(*t.generations, GenerationStart(generation, start)),
+                             revision_requests=requests))
         writer = state.writer_of(name)
         if writer is not None:
             facts.append(replace(writer, generation=generation, restart_from_barrier=start, updated_at_ms=now_ms))

@@ -177,6 +177,7 @@ class TableState:
     generations: tuple[GenerationStart, ...] = (GenerationStart(0, 0),)
     declared_at_ms: int = 0
     ctas: bool = False
+    revision_requests: tuple[str, ...] = ()  # RequestRevision ids done on this table: a repeat does nothing
 
 
 @dataclass(frozen=True)

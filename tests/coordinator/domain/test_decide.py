@@ -282,6 +282,10 @@ def test_revision_bumps_the_downstream_closure_only(make_state: MakeState) -> No
     jobs = {f.job_id: f for f in decision.facts if isinstance(f, JobState)}
     assert {j.restart_from_barrier for j in jobs.values()} == {1}
     assert "other" not in bumped and "ingest_other" not in jobs
+    revised = fold_all(decision.facts, state.copy())
+    again = decide(revised, RequestRevision("x", "shopping", 1), now_ms=400)  # read again after a failover
+    assert again.outcome.accepted and again.facts == ()  # the generation is not bumped twice
+    assert decide(revised, RequestRevision("y", "shopping", 1), now_ms=400).facts  # a new request revises again
 
 
 def test_a_ctas_table_whose_job_died_before_its_first_commit_is_dropped(make_state: MakeState) -> None:
