@@ -23,6 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import BarrierCompleted, MetaState, Tombstone, fold
+from coordinator.domain.validity import record_problem
 from coordinator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ class ReaderStats:
     events_folded: int = 0
     decode_errors: int = 0
     unknown_entities: int = 0
+    invalid_records: int = 0  # decoded, but with a name, number or key no writer of Lockstep makes
     positions: dict[str, int] = field(default_factory=dict)
 
 
@@ -98,6 +100,10 @@ class StateReader:
                 self.stats.decode_errors += 1
                 log.warning("skipped undecodable record %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
                 return
+        if (problem := record_problem(event, key)) is not None:
+            self.stats.invalid_records += 1
+            log.warning("skipped invalid record %s[%d]@%d: %s", topic, msg.partition(), offset, problem)
+            return
         if isinstance(event, BarrierCompleted) and event.table not in self.state.tables:
             # Kept (the fold is order-independent), ignored by every view until the table exists.
             self.stats.unknown_entities += 1

@@ -14,7 +14,6 @@ Example::
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from functools import singledispatch
 
@@ -47,9 +46,8 @@ from coordinator.domain.events import (
     table_key,
 )
 from coordinator.domain.state import MetaState
+from coordinator.domain.validity import name_problem, token_problem
 
-IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-TOKEN = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
 MAX_LEASE_TTL_MS = 24 * 3600 * 1000
 
 
@@ -103,18 +101,13 @@ def abandon_pending_tables(state: MetaState, now_ms: int, liveness_ms: int) -> l
 
 
 def _check_identifier(what: str, value: str) -> None:
-    if not IDENTIFIER.fullmatch(value or ""):
-        raise Rejected(
-            f"invalid {what} {value!r}: use letters, digits and underscores, starting with a "
-            "letter or underscore, at most 128 characters"
-        )
-    if value.startswith("__"):
-        raise Rejected(f"invalid {what} {value!r}: names starting with '__' are reserved for Lockstep's own tables")
+    if (problem := name_problem(what, value)) is not None:
+        raise Rejected(problem)
 
 
 def _check_token(what: str, value: str) -> None:
-    if not TOKEN.fullmatch(value or ""):
-        raise Rejected(f"invalid {what} {value!r}: use 1-200 letters, digits or _ . : @ -")
+    if (problem := token_problem(what, value)) is not None:
+        raise Rejected(problem)
 
 
 def _table(state: MetaState, name: str) -> TableState:

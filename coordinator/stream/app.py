@@ -205,7 +205,7 @@ def create_app(settings: Settings) -> LockstepApp:
         def text(c: Coordinator) -> str:
             stats = c.follower.reader.stats
             counters = {**asdict(c.counters), "events_folded": stats.events_folded, "decode_errors": stats.decode_errors,
-                        "unknown_entities": stats.unknown_entities}
+                        "unknown_entities": stats.unknown_entities, "invalid_records": stats.invalid_records}
             return views.metrics(c.state, counters, *liveness())
 
         return web.text(await under_lock(text), content_type="text/plain; version=0.0.4")

@@ -55,6 +55,7 @@ def test_register_job_produces_job_and_writer(make_state: MakeState) -> None:
     [
         (DeclareTable("x", "bad name", "root"), "invalid table name 'bad name'"),
         (DeclareTable("x", "__meta", "root"), "reserved"),
+        (DeclareTable("x", "x__dlq", "root"), "reserved"),
         (DeclareTable("x", "t", "view"), "invalid table kind 'view'"),
         (DeclareTable("x", "shopping", "intermediate"), "table 'shopping' already exists"),
         (DeclareTable("bad id with spaces", "t", "root"), "invalid request id"),

@@ -17,7 +17,17 @@ from confluent_kafka import Producer
 
 from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
-from coordinator.domain import BarrierCompleted, DeclareTable, LeaseState, RegisterJob, SourceVersion, Tombstone, entity_key
+from coordinator.domain import (
+    BarrierAnnounced,
+    BarrierCompleted,
+    DeclareTable,
+    LeaseState,
+    RegisterJob,
+    SourceVersion,
+    TableState,
+    Tombstone,
+    entity_key,
+)
 from coordinator.settings import Settings
 from coordinator.stream.app import create_app
 from tests.support import ROOT, wait_until
@@ -302,3 +312,32 @@ def test_lease_over_http_snapshot_and_expiry(
     wait_until(lambda: "l1" not in worker.get("/state")["state"]["leases"], "the lease to expire", timeout=15)
     gone = lockstep_cli("emit", "release-lease", "l1")
     assert gone.returncode == 1 and "unknown lease 'l1'" in gone.stderr
+
+
+def test_poisoned_state_records_are_skipped_counted_and_survive_a_restart(
+    make_worker: Callable, coordinator_env: dict[str, str], kafka_bootstrap: str
+) -> None:
+    worker = make_worker()
+    wait_until(lambda: len(barrier_ids(worker)) >= 3, "barriers", timeout=30)
+    topics, codec = Topics(coordinator_env["LOCKSTEP_TOPIC_PREFIX"]), default_codec()
+    poison = [(topics.barriers, BarrierAnnounced(2**63 - 1, 0)), (topics.registry, TableState("../../x", "root")),
+              (topics.registry, TableState("x__dlq", "root"))]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for topic, record in poison:
+        producer.produce(topic, key=entity_key(record).encode(), value=codec.encode(record))
+    producer.produce(topics.registry, key=b"table:y", value=b"\x00not avro")
+    producer.flush(10)
+    metrics = wait_until(lambda: (text := worker.get_text("/metrics")) and "lockstep_invalid_records_total 3" in text
+                         and text, "the invalid records counted", timeout=30)
+    assert "lockstep_decode_errors_total 1" in metrics
+    before = barrier_ids(worker)[-1]
+    wait_until(lambda: barrier_ids(worker)[-1] > before + 3, "barriers after the poison", timeout=30)
+    assert max(barrier_ids(worker)) < 2**62 and worker.get("/state")["state"]["tables"] == {}
+
+    worker.kill9()  # the poison is the newest value of its keys: a restart reads it first thing
+    restarted = make_worker(start=False)
+    restarted.port = worker.port
+    restarted.start()
+    ids = wait_until(lambda: (ids := barrier_ids(restarted)) and ids[-1] > before + 10 and ids, "barriers after a restart",
+                     timeout=60)
+    assert ids == list(range(ids[0], ids[-1] + 1))
