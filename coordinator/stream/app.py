@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import faust
 from faust.web import Request, Response, View
+from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from coordinator.client.clock import now_ms
 from coordinator.client.topics import Topics, ensure_topics
@@ -32,6 +33,8 @@ from coordinator.stream.coordinator import TICK_MS, Coordinator
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 PRUNE_S = 5.0  # how often the leader forgets records below the retention floor
+BACKOFF = wait_exponential(multiplier=0.5, max=30)  # 0.5 s, 1 s, 2 s ... at most 30 s between tries
+COMMAND_TRIES_S = 300.0  # a command still failing after this is skipped (its sender timed out long ago)
 
 
 class LockstepApp(faust.App):
@@ -87,30 +90,55 @@ def create_app(settings: Settings) -> LockstepApp:
         started.append(c)
         ready.set()
 
+    async def guarded(what: str, work: Callable[[], T], leader_only: bool) -> T | None:
+        """Run ``work`` off the event loop; if it raises (the broker is gone, a write timed out),
+        log it, count it (/metrics lockstep_work_failures_total) and try again after a growing
+        pause while this worker may still do it (a timer's work: while it leads; a command's: for
+        ``COMMAND_TRIES_S``), so an outage never ends the worker. Faust's timers and agents would
+        die on the first exception."""
+        loop = asyncio.get_running_loop()
+
+        def failed(retry: RetryCallState) -> None:
+            coordinator().counters.work_failures += 1
+            error = retry.outcome.exception() if retry.outcome is not None else None
+            log.warning("%s failed (try %d, next in %.1f s): %s", what, retry.attempt_number,
+                        retry.upcoming_sleep, error)
+
+        def stop(retry: RetryCallState) -> bool:
+            return not app.is_leader() if leader_only else stop_after_delay(COMMAND_TRIES_S)(retry)
+
+        try:
+            async for attempt in AsyncRetrying(wait=BACKOFF, stop=stop, retry=retry_if_exception_type(Exception),
+                                               before_sleep=failed):
+                with attempt:
+                    return await loop.run_in_executor(None, work)
+        except RetryError:
+            log.warning("%s: given up (%s)", what, "no longer the leader" if leader_only else "still failing")
+        return None
+
     @app.agent(commands_topic)
     async def handle_commands(stream: faust.StreamT) -> None:
         await ready.wait()
-        loop = asyncio.get_running_loop()
         async for raw in stream:
-            await loop.run_in_executor(None, coordinator().handle_command, raw)
+            await guarded("deciding a command", lambda raw=raw: coordinator().handle_command(raw), leader_only=False)
 
     @app.timer(interval=min(settings.barriers.interval_ms, TICK_MS) / 1000.0, on_leader=True)
     async def barrier_clock() -> None:
         if not ready.is_set():
             return
-        barrier = await asyncio.get_running_loop().run_in_executor(None, coordinator().tick_barrier)
+        barrier = await guarded("the barrier clock", coordinator().tick_barrier, leader_only=True)
         if barrier is not None:
             log.debug("announced barrier %d", barrier.barrier)
 
     @app.timer(interval=PRUNE_S, on_leader=True)
     async def state_pruning() -> None:
         if ready.is_set():
-            await asyncio.get_running_loop().run_in_executor(None, coordinator().tick_prune)
+            await guarded("pruning the state", coordinator().tick_prune, leader_only=True)
 
     @app.timer(interval=1.0, on_leader=True)
     async def lease_expiry() -> None:
         if ready.is_set():
-            await asyncio.get_running_loop().run_in_executor(None, coordinator().tick_leases)
+            await guarded("expiring leases", coordinator().tick_leases, leader_only=True)
 
     # -- REST API (read-only views of the folded state) --
 

@@ -53,6 +53,7 @@ class Counters:
     leases_expired: int = 0
     records_pruned: int = 0
     ctas_abandoned: int = 0
+    work_failures: int = 0  # a timer's or a command's work that raised (broker gone, timeouts); retried
 
 
 class Coordinator:

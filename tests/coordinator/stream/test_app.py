@@ -341,3 +341,28 @@ def test_poisoned_state_records_are_skipped_counted_and_survive_a_restart(
     ids = wait_until(lambda: (ids := barrier_ids(restarted)) and ids[-1] > before + 10 and ids, "barriers after a restart",
                      timeout=60)
     assert ids == list(range(ids[0], ids[-1] + 1))
+
+
+@pytest.mark.slow
+def test_the_worker_outlives_its_broker_and_barriers_resume(
+    make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path, settings: Settings
+) -> None:
+    from coordinator.dev.broker import LocalBroker, free_port
+
+    broker = LocalBroker(tmp_path / "kafka", settings.jars / "kafka", port=free_port())
+    broker.up()
+    try:
+        coordinator_env["LOCKSTEP_BOOTSTRAP"] = broker.bootstrap
+        worker = make_worker()
+        wait_until(lambda: len(barrier_ids(worker)) >= 5, "barriers", timeout=60)
+        broker.down()
+        time.sleep(35)  # longer than every client timeout of the worker
+        assert worker.proc.poll() is None, "the worker exited while its broker was away"
+        before = barrier_ids(worker)[-1]
+        broker.up()
+        ids = wait_until(lambda: (ids := barrier_ids(worker)) and ids[-1] > before + 5 and ids, "barriers after the outage",
+                         timeout=120)
+        assert ids == list(range(ids[0], ids[-1] + 1)), "no id skipped or repeated across the outage"
+        assert "lockstep_work_failures_total 0" not in worker.get_text("/metrics")  # the failures were counted
+    finally:
+        broker.down()
