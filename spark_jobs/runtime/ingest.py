@@ -64,6 +64,9 @@ class RootIngestion:
             .option("startingOffsets", json.dumps(starting))
             .option("endingOffsets", json.dumps(ending))
             .option("failOnDataLoss", "true")
+            # records of aborted transactions are never ingested; the barrier cuts end at the
+            # last stable offset too (the coordinator measures them read_committed)
+            .option("kafka.isolation.level", "read_committed")
             .load()
         )
 

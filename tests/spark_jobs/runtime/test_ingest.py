@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
@@ -93,3 +93,26 @@ def test_primary_key_table_upserts_with_the_last_change_per_key_winning(
     assert len(rows) == 4
     dlq = spark.read.format("delta").load(str(settings.warehouse / "accounts__dlq")).collect()
     assert [r["error"] for r in dlq] == ["primary key column id is missing or null"]
+
+
+def test_aborted_transactions_are_never_ingested(
+    spark: SparkSession, run_pipeline: Callable[[str], Settings], make_topic: Callable, kafka_bootstrap: str
+) -> None:
+    topic = make_topic(partitions=1)
+    settings = run_pipeline(PIPELINE.format(topic=topic))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-writer"})
+    producer.init_transactions(30)
+    row = lambda amount: json.dumps({"user_id": 1, "item_id": 1, "amount": amount, "price": 1.0}).encode()  # noqa: E731
+    for amount, commit in ((1, True), (100, False), (10, True), (1000, False)):  # two batches aborted
+        producer.begin_transaction()
+        for _ in range(3):
+            producer.produce(topic, value=row(amount))
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+    high = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"{topic}-probe"})
+    _, end = high.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    high.close()
+    state, b = wait_for_barrier(settings, ["shopping", "user_item_amount"], {0: end}, topic)
+    rows = at(spark, settings, "shopping", state.exact_points("shopping")[b]).collect()
+    assert sorted(r["amount"] for r in rows) == [1, 1, 1, 10, 10, 10]  # what was committed, once each
+    totals = at(spark, settings, "user_item_amount", state.exact_points("user_item_amount")[b]).collect()
+    assert [r["total_amount"] for r in totals] == [33]
