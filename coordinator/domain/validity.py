@@ -49,6 +49,17 @@ def name_problem(what: str, value: str) -> str | None:
     return None
 
 
+def column_problem(value: str) -> str | None:
+    """Why ``value`` cannot name a column of a Lockstep table, or None (``__`` starts Lockstep's
+    own bookkeeping columns, e.g. ``__lockstep_count``)."""
+    if not IDENTIFIER.fullmatch(value or ""):
+        return (f"invalid column name {value!r}: use letters, digits and underscores, starting with a "
+                "letter or underscore, at most 128 characters")
+    if value.startswith(RESERVED):
+        return f"invalid column name {value!r}: names starting with '{RESERVED}' are Lockstep's bookkeeping columns"
+    return None
+
+
 def token_problem(what: str, value: str) -> str | None:
     """Why ``value`` cannot be a request id, lease id or topic name (``what``), or None."""
     return None if TOKEN.fullmatch(value or "") else f"invalid {what} {value!r}: use 1-200 letters, digits or _ . : @ -"

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from coordinator.domain.errors import UsageError
+from coordinator.domain.validity import column_problem, name_problem
 
 FORMATS = ("json", "avro", "debezium-json")
 ROOT_OPTIONS = {"source", "format", "primary_key", "avro_schema", "avro_schema_file"}
@@ -111,23 +113,31 @@ def load_pipeline(path: Path) -> Pipeline:
 def parse_pipeline(text: str, base: Path | None = None) -> Pipeline:
     try:
         statements = [s for s in sqlglot.parse(text, read="spark") if s is not None]
-    except ParseError as exc:
+        lines = _statement_lines(text)
+    except (ParseError, TokenError) as exc:
         raise PipelineError(f"SQL syntax error: {exc}") from exc
     if not statements:
         raise PipelineError("the pipeline has no statements")
+    if len(lines) != len(statements):
+        lines = []  # (a statement of comments only) name statements by number then
     roots: list[RootTable] = []
     derived: list[DerivedTable] = []
     for number, statement in enumerate(statements, start=1):
-        where = f"statement {number} ({statement.sql(dialect='spark')[:60]}...)"
+        at = f"line {lines[number - 1]}" if lines else f"statement {number}"
+        where = f"{at} ({statement.sql(dialect='spark')[:60]}...)"
         if isinstance(statement, exp.Create) and statement.kind == "TABLE":
             if isinstance(statement.expression, exp.Query):
                 derived.append(_derived(statement, where))
             else:
                 roots.append(_root(statement, where, base))
         elif isinstance(statement, exp.Insert) and isinstance(statement.expression, exp.Query):
-            target = statement.this.find(exp.Table) if not isinstance(statement.this, exp.Table) else statement.this
+            if not isinstance(statement.this, exp.Table | exp.Schema):
+                raise PipelineError(f"{where}: INSERT INTO writes a table of the pipeline "
+                                    f"(INSERT INTO t SELECT ...), not {statement.this.key.upper()}")
+            target = statement.this if isinstance(statement.this, exp.Table) else statement.this.this
             query = statement.expression
-            derived.append(DerivedTable(target.name, query.sql(dialect="spark"), tables_read(query), declared_here=False))
+            derived.append(DerivedTable(_name(target.name, where), query.sql(dialect="spark"), tables_read(query),
+                                        declared_here=False))
         else:
             raise PipelineError(
                 f"{where}: only CREATE TABLE ... WITH (...), CREATE TABLE ... AS SELECT and "
@@ -138,6 +148,25 @@ def parse_pipeline(text: str, base: Path | None = None) -> Pipeline:
     if duplicates:
         raise PipelineError(f"table(s) defined more than once: {', '.join(duplicates)} (one writer per table)")
     return Pipeline(tuple(roots), tuple(derived))
+
+
+def _statement_lines(text: str) -> list[int]:
+    """The line each statement starts on (1-based), for messages that say where to look."""
+    lines, starting = [], True
+    for token in sqlglot.Dialect.get_or_raise("spark").tokenize(text):
+        if token.token_type == TokenType.SEMICOLON:
+            starting = True
+        elif starting:
+            lines.append(token.line)
+            starting = False
+    return lines
+
+
+def _name(name: str, where: str) -> str:
+    """``name`` if it may name a table (``coordinator.domain.validity``), else a PipelineError."""
+    if (problem := name_problem("table name", name)) is not None:
+        raise PipelineError(f"{where}: {problem}")
+    return name
 
 
 def _options(statement: exp.Create, where: str) -> dict[str, str]:
@@ -156,12 +185,15 @@ def _root(statement: exp.Create, where: str, base: Path | None) -> RootTable:
     schema = statement.this
     if not isinstance(schema, exp.Schema):
         raise PipelineError(f"{where}: a root table needs its columns, e.g. CREATE TABLE t (id BIGINT, ...)")
-    name = schema.this.name
+    name = _name(schema.this.name, where)
     columns = tuple(
         Column(col.name, col.args["kind"].sql(dialect="spark").upper())
         for col in schema.expressions
         if isinstance(col, exp.ColumnDef)
     )
+    for column in columns:
+        if (problem := column_problem(column.name)) is not None:
+            raise PipelineError(f"{where}: {problem}")
     options = _options(statement, where)
     unknown = sorted(set(options) - ROOT_OPTIONS)
     if unknown:
@@ -181,7 +213,11 @@ def _root(statement: exp.Create, where: str, base: Path | None) -> RootTable:
     avro_schema = options.get("avro_schema")
     if "avro_schema_file" in options:
         path = Path(options["avro_schema_file"])
-        avro_schema = ((base / path) if base and not path.is_absolute() else path).read_text()
+        path = (base / path) if base and not path.is_absolute() else path
+        try:
+            avro_schema = path.read_text()
+        except OSError as exc:
+            raise PipelineError(f"{where}: cannot read avro_schema_file {path}: {exc.strerror}") from exc
     if fmt == "avro" and not avro_schema:
         raise PipelineError(f"{where}: format avro needs 'avro_schema' or 'avro_schema_file'")
     return RootTable(name, columns, source[len("kafka:"):], fmt, key, avro_schema)
@@ -189,7 +225,7 @@ def _root(statement: exp.Create, where: str, base: Path | None) -> RootTable:
 
 def _derived(statement: exp.Create, where: str) -> DerivedTable:
     target = statement.this
-    name = target.name if isinstance(target, exp.Table) else target.this.name
+    name = _name(target.name if isinstance(target, exp.Table) else target.this.name, where)
     query = statement.expression
     return DerivedTable(name, query.sql(dialect="spark"), tables_read(query), True, bool(statement.args.get("exists")))
 

@@ -56,6 +56,15 @@ def test_upsert_debezium_avro_insert_into_and_ctes(tmp_path: Path) -> None:
         ("CREATE TABLE t AS SELECT 1 FROM s; CREATE TABLE t AS SELECT 2 FROM s", "defined more than once: t"),
         ("SELEC 1 FROM", "SQL syntax error"),
         ("   ", "no statements"),
+        ("CREATE TABLE t AS SELECT 1 FROM s;\n\nINSERT OVERWRITE DIRECTORY '/x' SELECT * FROM t", "line 3 ("),
+        ("INSERT OVERWRITE DIRECTORY '/x' SELECT * FROM t", "INSERT INTO writes a table of the pipeline"),
+        ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:s', 'format'='avro', 'avro_schema_file'='nope.avsc')",
+         "cannot read avro_schema_file nope.avsc: No such file or directory"),
+        ("CREATE TABLE x__dlq AS SELECT 1 FROM s", "reserved for Lockstep's own tables"),
+        ("CREATE TABLE `../x` (a BIGINT) WITH ('source'='kafka:s')", "invalid table name '../x'"),
+        ("CREATE TABLE t (`a b` BIGINT) WITH ('source'='kafka:s')", "invalid column name 'a b'"),
+        ("CREATE TABLE t (__lockstep_count BIGINT) WITH ('source'='kafka:s')", "Lockstep's bookkeeping columns"),
+        ("INSERT INTO `t;x` SELECT 1 FROM s", "invalid table name 't;x'"),
     ],
 )
 def test_bad_pipelines_are_rejected_with_a_reason(sql: str, message: str) -> None:
