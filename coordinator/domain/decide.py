@@ -78,11 +78,11 @@ def abandon_pending_tables(state: MetaState, now_ms: int, liveness_ms: int) -> l
     """A CREATE TABLE AS SELECT table whose job's process is gone before its first commit (a
     runner killed with ``kill -9`` runs no cleanup hook): once no job of that table has shown a
     sign of life for twice the liveness window, a job still RUNNING is recorded FAILED and the
-    table dropped. Before that commit the signs of life are registrations and renewals: a
-    restarted runner registers its jobs again, and a live runner renews a job whose table is
-    still pending every third of the window (``RenewJob``, ``spark_jobs.ops.runner``), however
-    long that first commit takes. An ended job's own cleanup hook drops the table sooner. The
-    leader's timer calls this, as it does ``expire_leases``."""
+    table dropped. Before that commit the signs of life are its registration and renewals: a
+    runner renews a job whose table is still pending as soon as it runs it and every third of
+    the window (``RenewJob``, ``spark_jobs.ops.runner``), however long that first commit takes.
+    An ended job's own cleanup hook drops the table sooner. The leader's timer calls this, as
+    it does ``expire_leases``."""
     out: list[Fact | Tombstone] = []
     for name in state.pending():
         seen = max((state.last_seen(j) for j in state.jobs.values() if j.sink == name), default=0)
@@ -191,8 +191,9 @@ def _(cmd: RegisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]
                 f"not {cmd.sink!r}; stop it first (lockstep stop {cmd.job_id}) or use another id"
             )
         if (existing.sources, existing.external_topics, existing.sql) == (cmd.sources, cmd.external_topics, cmd.sql):
-            # The same job again: a runner restarted it. Nothing changes but its sign of life.
-            return [replace(existing, updated_at_ms=now_ms)]
+            # The same job again: a no-op, so a command decided twice (after a failover) changes
+            # nothing. A restarted runner shows its sign of life with RenewJob.
+            return []
         _check_cycles(state, cmd)
         # A changed query: barriers the job commits from now on use it; `revise` recomputes earlier ones.
         redefined = replace(existing, sources=cmd.sources, external_topics=cmd.external_topics, sql=cmd.sql,

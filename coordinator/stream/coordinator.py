@@ -117,7 +117,10 @@ class Coordinator:
         for fact in facts:
             value = None if isinstance(fact, Tombstone) else self.codec.encode(fact)
             self.producer.produce(self.topic_of(fact), key=entity_key(fact).encode(), value=value, on_delivery=delivered)
-        self.producer.flush(30)
+        # Wait for every fact's fate (the producer's message timeout bounds it): planning again
+        # while one is still on its way could announce a second, different barrier of one id.
+        while (undelivered := self.producer.flush(30)) > 0:
+            log.warning("%d fact(s) still on their way to the broker; waiting", undelivered)
         if errors:
             raise RuntimeError(f"could not write facts: {errors}")
         if wait_folded:

@@ -132,9 +132,9 @@ class Supervisor:
     job that fails once more than that is given up and recorded FAILED. ``hooks`` hear of every
     start and end (``spark_jobs.ops.hooks``); the CTAS cleanup (``spark_jobs.ops.ctas_cleanup``)
     always listens. The jobs' tables are vacuumed every ``LOCKSTEP_VACUUM_EVERY_S`` (``upkeep``).
-    A job whose CTAS table is still pending (no first commit yet) is renewed (``RenewJob``) every
-    third of the liveness window, so the leader knows this runner is alive however long that
-    first commit takes (it drops a pending table whose runner went silent).
+    A job whose CTAS table is still pending (no first commit yet) is renewed (``RenewJob``) when it
+    starts and every third of the liveness window, so the leader knows this runner is alive
+    however long that first commit takes (it drops a pending table whose runner went silent).
 
     Example::
 
@@ -168,6 +168,7 @@ class Supervisor:
     def start(self) -> None:
         jobs = select_jobs(self.pipeline, self.only)
         self._upkeep = TableUpkeep(self.spark, self.settings, [j.sink for j in jobs], self.report).start()
+        self._renew([j.job_id for j in jobs])  # a restarted runner's jobs: registering them again was a no-op
         for job in jobs:
             self.queries[job.job_id] = start_job(self.spark, self.pipeline, job, self.settings)
             self._tell("on_created", JobEvent(job.job_id, job.sink, JobStatus.RUNNING))
@@ -227,18 +228,22 @@ class Supervisor:
         return [j for job_id in self.queries if (j := state.jobs.get(job_id)) is not None and j.status in END_STATUSES]
 
     def _renew_pending(self, now: float) -> None:
-        """Renew this runner's running jobs whose table is still pending (see the class)."""
-        every = self.settings.barriers.liveness_ms / 3000
-        if now - self._renewed_at < every or not self.queries:
-            return
-        self._renewed_at = now
+        """Every third of the liveness window, renew this runner's running jobs whose table is
+        still pending (see the class)."""
+        if now - self._renewed_at >= self.settings.barriers.liveness_ms / 3000 and self.queries:
+            self._renewed_at = now
+            self._renew(list(self.queries))
+
+    def _renew(self, job_ids: list[str]) -> None:
+        """Send ``RenewJob`` for those of ``job_ids`` whose table is still pending."""
         state = self._read_state("pending tables")
         pending = set(state.pending()) if state is not None else set()
+        timeout = max(self.settings.barriers.liveness_ms / 3000, 1.0)
         for job in self.pipeline.jobs:
-            if job.job_id not in self.queries or job.sink not in pending:
+            if job.job_id not in job_ids or job.sink not in pending:
                 continue
             try:
-                outcome = emit(self.settings, RenewJob(new_request_id(), job.job_id), timeout=max(every, 1.0))
+                outcome = emit(self.settings, RenewJob(new_request_id(), job.job_id), timeout=timeout)
                 if not outcome.accepted:
                     self.report(f"could not renew job {job.job_id}: {outcome.reason}")
             except Exception as exc:  # noqa: BLE001 - renewed again next time; the job keeps running

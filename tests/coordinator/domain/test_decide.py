@@ -97,18 +97,16 @@ def test_cycle_is_rejected_with_its_path(make_state: MakeState) -> None:
     assert rejection(state, RegisterJob("g", "j4", "t3", sources=("t3",))) == "job 'j4' would create a cycle: t3 -> t3"
 
 
-def test_redeclaring_the_same_table_is_an_accepted_no_op(make_state: MakeState) -> None:
+def test_redeclaring_and_reregistering_the_same_thing_is_an_accepted_no_op(make_state: MakeState) -> None:
+    """A no-op, so a command decided twice (a failover replays the commands after the last
+    committed offset) changes nothing: a restarted runner renews its job with RenewJob."""
     state = make_state(shopping_topology=True)
-    decision = decide(state, DeclareTable("z1", "shopping", "root", ("user_id", "item_id")), now_ms=9)
-    assert decision.outcome.accepted and decision.facts == ()
-
-
-def test_reregistering_the_same_job_only_renews_its_sign_of_life(make_state: MakeState) -> None:
-    state = make_state(shopping_topology=True)
-    before = state.jobs["amount_job"]
-    decision = decide(state, RegisterJob("z2", "amount_job", "user_item_amount", sources=("shopping",)), now_ms=10**6)
-    assert decision.outcome.accepted
-    assert decision.facts == (replace(before, updated_at_ms=10**6),)
+    for command in (
+        DeclareTable("z1", "shopping", "root", ("user_id", "item_id")),
+        RegisterJob("z2", "amount_job", "user_item_amount", sources=("shopping",)),
+    ):
+        decision = decide(state, command, now_ms=10**6)
+        assert decision.outcome.accepted and decision.facts == ()
 
 
 def test_a_renewal_is_a_running_job_s_sign_of_life_and_never_restarts_an_ended_one(make_state: MakeState) -> None:
@@ -297,7 +295,7 @@ def test_a_ctas_table_whose_job_died_before_its_first_commit_is_dropped(make_sta
     job, table = abandon_pending_tables(state, now_ms=62_000, liveness_ms=30_000)
     assert (job.job_id, job.status, table) == ("maintain_totals", "FAILED", Tombstone("table:totals"))
     assert "went silent 61 s ago, before the first commit of totals" in job.reason
-    renewed = fold_all(decide(state, replace(pending[1], request_id="c"), now_ms=50_000).facts, state.copy())
+    renewed = fold_all(decide(state, RenewJob("c", "maintain_totals"), now_ms=50_000).facts, state.copy())
     assert abandon_pending_tables(renewed, now_ms=62_000, liveness_ms=30_000) == []  # a runner said it is alive
     after = fold_all([job, table], state.copy())
     assert "totals" not in after.tables and after.jobs["maintain_totals"].status == "FAILED"
