@@ -50,7 +50,7 @@ def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | N
 
     from spark_jobs.api.lineage import register_lineage_views
     from spark_jobs.api.reads import referenced_tables
-    from spark_jobs.runtime.session import build_session
+    from spark_jobs.runtime.session import build_session, spark_error
 
     if as_of_barrier is not None and as_of_timestamp is not None:
         raise click.UsageError("give --as-of-barrier or --as-of-timestamp, not both")
@@ -72,7 +72,7 @@ def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | N
     except LockstepError:
         raise
     except Exception as exc:  # noqa: BLE001 - Spark analysis errors (unknown column, ...) are the user's to fix
-        raise QueryError(str(exc).splitlines()[0]) from exc
+        raise QueryError(spark_error(exc)) from exc
     _print_rows(columns, rows, fmt)
 
 

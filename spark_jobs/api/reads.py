@@ -44,6 +44,7 @@ from spark_jobs.api.lineage import is_meta_table, register_lineage_views
 from spark_jobs.planning.pipeline import tables_read
 from spark_jobs.planning.plans import HIDDEN
 from spark_jobs.runtime.delta_log import latest_version, read_version
+from spark_jobs.runtime.session import spark_error
 
 _clients: dict[tuple[str, str], CommandClient] = {}
 
@@ -109,7 +110,7 @@ class ConsistentSnapshot:
                 raise SnapshotError(
                     f"table {name!r} version {version} (barrier {self.barrier}) is no longer available: it was vacuumed "
                     "or its log expired; read a newer barrier, or hold a repeatable-read lease while reading") from exc
-            raise SnapshotError(f"cannot read table {name!r} at {path}: {str(exc).splitlines()[0]}") from exc
+            raise SnapshotError(f"cannot read table {name!r} at {path}: {spark_error(exc)}") from exc
         return frame.select(*[c for c in frame.columns if not c.startswith(HIDDEN)])
 
     def path(self, name: str) -> str:

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
 from spark_jobs.ops.vacuum import vacuum
+from spark_jobs.runtime.session import spark_error
 
 
 class TableUpkeep:
@@ -58,7 +59,7 @@ class TableUpkeep:
             try:
                 reports = vacuum(self.spark, self.settings, self.tables)
             except Exception as exc:  # noqa: BLE001 - the jobs run on; the next round tries again
-                self.report(f"scheduled vacuum failed (next try in {self.every_s:.0f} s): {str(exc).splitlines()[0]}")
+                self.report(f"scheduled vacuum failed (next try in {self.every_s:.0f} s): {spark_error(exc)}")
                 continue
             self.rounds += 1
             deleted = {r.table: len(r.files) for r in reports if r.files}

@@ -29,7 +29,7 @@ from coordinator.domain import BarrierCompleted, OffsetRange, PhaseTime, SourceV
 from coordinator.settings import CrashAt, Settings
 from spark_jobs.runtime.delta_log import align_log_retention, newest_commit, parse_metadata, prepare_next_write
 from spark_jobs.runtime.faults import crash_point
-from spark_jobs.runtime.session import session_conf
+from spark_jobs.runtime.session import session_conf, spark_error
 from spark_jobs.runtime.stopwatch import Stopwatch
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,8 @@ class DeltaSink:
         try:
             self._upkeep_done.result()
         except Exception as exc:  # noqa: BLE001 - upkeep is an optimisation; the write is what counts
-            log.warning("upkeep of %s after its last commit failed (the next write redoes it): %s", self.path, exc)
+            log.warning("upkeep of %s after its last commit failed (the next write redoes it): %s", self.path,
+                        spark_error(exc))
         self._upkeep_done = None
 
 

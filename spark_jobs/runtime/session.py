@@ -139,3 +139,17 @@ def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
+
+
+def spark_error(exc: BaseException) -> str:
+    """What Spark said, on one line: a Py4J error's first line only names the JVM call
+    ("An error occurred while calling o42.executeCompaction."), so its Java exception is used.
+
+    Example::
+
+        except Exception as exc:
+            log.warning("compaction failed: %s", spark_error(exc))
+    """
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    return next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)

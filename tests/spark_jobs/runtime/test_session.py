@@ -33,3 +33,18 @@ def test_session_has_delta_small_machine_defaults_and_cached_jars(spark: SparkSe
     # A Python worker really runs with our interpreter (UDFs, Python data sources need it).
     worker_python = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("sys").executable).first()
     assert worker_python == sys.executable
+
+
+def test_a_spark_error_is_told_in_one_line_naming_what_the_jvm_said(spark: SparkSession) -> None:
+    from py4j.protocol import Py4JJavaError
+
+    from spark_jobs.runtime.session import spark_error
+
+    with pytest.raises(Py4JJavaError) as raised:
+        spark.sparkContext._jvm.java.lang.Class.forName("no.such.Class")  # type: ignore[union-attr]
+    assert str(raised.value).startswith("An error occurred while calling")  # what Py4J says first
+    assert spark_error(raised.value) == "java.lang.ClassNotFoundException: no.such.Class"
+    with pytest.raises(Exception) as analysis:
+        spark.sql("SELECT no_such_column FROM range(1)")
+    message = spark_error(analysis.value)
+    assert "no_such_column" in message and "\n" not in message
