@@ -1,7 +1,8 @@
 """Coordinator benchmarks: fold throughput, replay of 1M events, /snapshot latency, command round
-trip, and how the state's costs grow over simulated time with pruning (retention).
+trip, the leader's fenced barrier write (announce), and how the state's costs grow over
+simulated time with pruning (retention).
 
-Usage: python -m bench.coordinator {fold,replay,snapshot,commands,retention} [--events N] [--requests N]
+Usage: python -m bench.coordinator {fold,replay,snapshot,commands,announce,retention} [--events N] [--requests N]
        [--barriers N] [--tables N] [--retain N]
 """
 
@@ -169,13 +170,14 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def bench_commands(requests: int) -> None:
-    """Command round trip (AcquireLease, then ReleaseLease, each waiting for its outcome) against a
-    baseline of one Kafka hop: produce a record and read it back with the same client library."""
+    """Command round trip (DeclareTable, then RegisterJob of a job writing it: each accepted,
+    its fact written and folded, then its outcome read) against a baseline of one Kafka hop:
+    produce a record and read it back with the same client library."""
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from coordinator.client.commands import CommandClient, new_request_id
-    from coordinator.domain import AcquireLease, ReleaseLease
+    from coordinator.domain import DeclareTable, RegisterJob
 
     with running_worker() as (settings, _):
         admin = AdminClient(settings.kafka_config())
@@ -194,21 +196,66 @@ def bench_commands(requests: int) -> None:
                 pass
             hop.append((time.perf_counter() - t0) * 1000)
         client = CommandClient(settings)
-        acquire, release = [], []
+        declare, register = [], []
         for i in range(requests):
             t0 = time.perf_counter()
-            client.emit(AcquireLease(new_request_id(), f"bench-{i}", "bench", (), 0, 30_000))
+            declared = client.emit(DeclareTable(new_request_id(), f"bench_{i}", "root"))
             t1 = time.perf_counter()
-            client.emit(ReleaseLease(new_request_id(), f"bench-{i}"))
-            acquire.append((t1 - t0) * 1000)
-            release.append((time.perf_counter() - t1) * 1000)
+            registered = client.emit(RegisterJob(new_request_id(), f"bench_job_{i}", f"bench_{i}", external_topics=("src",)))
+            assert declared.accepted and registered.accepted, (declared.reason, registered.reason)
+            declare.append((t1 - t0) * 1000)
+            register.append((time.perf_counter() - t1) * 1000)
         client.close()
         consumer.close()
         print(f"{requests} of each")
         print(f"one Kafka hop (produce, read back)  p50 {pct(hop, .5):7.2f} ms  p99 {pct(hop, .99):7.2f} ms")
-        for name, xs in (("AcquireLease round trip", acquire), ("ReleaseLease round trip", release)):
+        for name, xs in (("DeclareTable round trip", declare), ("RegisterJob round trip", register)):
             print(f"{name:35s} p50 {pct(xs, .5):7.2f} ms  p99 {pct(xs, .99):7.2f} ms  "
                   f"(p50 ratio to one hop {statistics.median(xs) / statistics.median(hop):.1f})")
+
+
+def bench_announce(requests: int) -> None:
+    """The leader's barrier write as the barrier clock does it (fenced: one Kafka transaction,
+    ``coordinator.stream.fencing``) against the baseline of the same write with the plain
+    idempotent producer every leader used before fencing; both wait until the worker's own state
+    follower has folded the barrier, and the fenced one is split into its transaction and that
+    wait (where the time goes)."""
+    from coordinator.client.topics import Topics, ensure_topics
+    from coordinator.stream.coordinator import Coordinator
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = start_broker(Path(tmp))
+        try:
+            settings = Settings(bootstrap=broker.bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:6]}")
+            topics = Topics(settings.topic_prefix)
+            ensure_topics(settings, topics)
+            coordinator = Coordinator(settings, topics)
+            coordinator.start()
+            codec = default_codec()
+            plain, transaction, folded = [], [], []
+            for i in range(requests):
+                barrier = BarrierAnnounced(2 * i + 1, int(time.time() * 1000))
+                t0 = time.perf_counter()
+                coordinator.write([barrier])
+                plain.append((time.perf_counter() - t0) * 1000)
+                barrier = BarrierAnnounced(2 * i + 2, int(time.time() * 1000))
+                t0 = time.perf_counter()
+                marks = coordinator.leader_writer.write([(topics.barriers, entity_key(barrier).encode(),
+                                                          codec.encode(barrier))])
+                t1 = time.perf_counter()
+                coordinator.follower.wait_for(marks)
+                transaction.append((t1 - t0) * 1000)
+                folded.append((time.perf_counter() - t1) * 1000)
+            coordinator.stop()
+        finally:
+            broker.down()
+    fenced = [a + b for a, b in zip(transaction, folded, strict=True)]
+    print(f"{requests} barriers each way (interleaved)")
+    print(f"plain write + fold (before)   p50 {pct(plain, .5):6.2f} ms  p99 {pct(plain, .99):6.2f} ms")
+    print(f"fenced write + fold (after)   p50 {pct(fenced, .5):6.2f} ms  p99 {pct(fenced, .99):6.2f} ms  "
+          f"(p50 ratio {statistics.median(fenced) / statistics.median(plain):.1f})")
+    print(f"  of which the transaction    p50 {pct(transaction, .5):6.2f} ms  p99 {pct(transaction, .99):6.2f} ms")
+    print(f"  of which the fold wait      p50 {pct(folded, .5):6.2f} ms  p99 {pct(folded, .99):6.2f} ms")
 
 
 def bench_snapshot(requests: int) -> None:
@@ -312,7 +359,7 @@ def bench_retention(barriers: int, tables: int, retain: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["fold", "replay", "snapshot", "commands", "retention"])
+    parser.add_argument("which", choices=["fold", "replay", "snapshot", "commands", "announce", "retention"])
     parser.add_argument("--events", type=int, default=1_000_000, help="events for fold/replay (default 1,000,000)")
     parser.add_argument("--requests", type=int, default=2000, help="requests for snapshot (default 2000) and commands")
     parser.add_argument("--barriers", type=int, default=604_800, help="retention: simulated barriers (a week at 1/s)")
@@ -321,6 +368,7 @@ def main() -> None:
     args = parser.parse_args()
     {"fold": lambda: bench_fold(args.events), "replay": lambda: bench_replay(args.events),
      "snapshot": lambda: bench_snapshot(args.requests), "commands": lambda: bench_commands(args.requests),
+     "announce": lambda: bench_announce(args.requests),
      "retention": lambda: bench_retention(args.barriers, args.tables, args.retain)}[args.which]()
 
 

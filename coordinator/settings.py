@@ -24,7 +24,7 @@ from coordinator.domain.errors import UsageError
 
 KAFKA_PASSTHROUGH_PREFIX = "LOCKSTEP_KAFKA_"
 KafkaValue = str | int | float | bool  # what a confluent-kafka config value may be
-CRASH_POINTS = ("before_commit", "before_completion")
+CRASH_POINTS = ("before_commit", "before_completion", "pause_before_announce")
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE")
 
 
@@ -34,8 +34,8 @@ class SettingsError(UsageError, ValueError):
 
 @dataclass(frozen=True)
 class CrashAt:
-    """Drills only (``LOCKSTEP_CRASH_AT=before_commit:0.3``): a job SIGKILLs itself at ``point``
-    with probability ``chance`` (``spark_jobs.runtime.faults``)."""
+    """Drills only (``LOCKSTEP_CRASH_AT=before_commit:0.3``): a process stops itself at ``point``
+    with probability ``chance`` (``coordinator.faults``)."""
 
     point: str
     chance: float = 1.0

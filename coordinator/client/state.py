@@ -18,7 +18,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
@@ -46,6 +47,7 @@ class StateReader:
         self.state = MetaState()
         self.stats = ReaderStats()
         self.lock = threading.RLock()
+        self.advanced = threading.Condition(self.lock)  # notified whenever a step has read on
         self.codec = default_codec(settings.schemas)
         self.consumer = Consumer(
             settings.kafka_config({
@@ -55,6 +57,7 @@ class StateReader:
                 "log_level": 3,
             })
         )
+        self.partitions = [TopicPartition(t, 0) for t in topics.state]
         self.consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics.state])
         # Watermark queries come from other threads; give them their own client.
         self.probe = Consumer(settings.kafka_config({"group.id": "lockstep-probe", "log_level": 3}))
@@ -70,13 +73,21 @@ class StateReader:
         many records were read. (``Consumer.consume(n, timeout)`` would wait the whole timeout
         unless n records came, adding that wait to every command the coordinator decides.)"""
         first = self.consumer.poll(timeout)
-        if first is None:
-            return 0
-        messages = [first, *self.consumer.consume(max_records - 1, 0)]
+        messages = [] if first is None else [first, *self.consumer.consume(max_records - 1, 0)]
         with self.lock:
             for msg in messages:
                 self._apply(msg)
+            self._pass_markers()
+            self.advanced.notify_all()
         return len(messages)
+
+    def _pass_markers(self) -> None:
+        """A transaction's commit marker takes an offset but is no record: count the consumer's
+        position past it as read, or a reader would wait for it for ever (the leader writes in
+        transactions: ``coordinator.stream.fencing``)."""
+        for tp in self.consumer.position(self.partitions):
+            if tp.topic is not None and tp.offset > self.stats.positions.get(tp.topic, 0):
+                self.stats.positions[tp.topic] = tp.offset
 
     def _apply(self, msg: Message) -> None:
         error, topic, offset = msg.error(), msg.topic(), msg.offset()
@@ -117,11 +128,14 @@ class StateReader:
         self.stats.events_folded += 1
 
     def end_offsets(self) -> dict[str, int]:
-        """High watermarks of every state topic right now."""
+        """High watermarks of every state topic right now (a topic created a moment ago may
+        have no partition leader yet: asked again for up to 30 s)."""
         ends = {}
         for topic in self.topics.state:
-            _, high = self.probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
-            ends[topic] = high
+            for attempt in Retrying(retry=retry_if_exception(_not_ready), stop=stop_after_delay(30), wait=wait_fixed(0.2),
+                                    reraise=True):
+                with attempt:
+                    _, ends[topic] = self.probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
         return ends
 
     def caught_up(self, marks: dict[str, int]) -> bool:
@@ -145,6 +159,12 @@ class StateReader:
                 raise TimeoutError(f"state topics not read up to {marks} within {timeout:.0f}s")
             self.step()
         return self.state
+
+
+def _not_ready(exc: BaseException) -> bool:
+    """A broker error that passes by itself: the partition has no leader (yet)."""
+    return isinstance(exc, KafkaException) and exc.args[0].code() in (
+        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 
 def read_state(settings: Settings) -> MetaState:
@@ -177,12 +197,11 @@ class StateFollower(threading.Thread):
         self._stopping.set()
 
     def wait_for(self, marks: dict[str, int], timeout: float = 30.0) -> None:
-        """Block until every topic in ``marks`` has been folded up to its offset."""
-        deadline = time.monotonic() + timeout
-        while not self.reader.caught_up(marks):
-            if time.monotonic() > deadline:
+        """Block until every topic in ``marks`` has been folded up to its offset (woken by the
+        follower's step, not by polling: every command and barrier waits here)."""
+        with self.reader.advanced:
+            if not self.reader.advanced.wait_for(lambda: self.reader.caught_up(marks), timeout):
                 raise TimeoutError(f"state follower did not reach {marks} within {timeout:.0f}s")
-            time.sleep(0.01)
 
     def wait_current(self, timeout: float = 30.0) -> None:
         """Block until everything written before this call is folded."""

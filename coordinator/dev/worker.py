@@ -48,7 +48,8 @@ class WorkerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 90.0) -> WorkerProcess:
+    def launch(self) -> WorkerProcess:
+        """Start the process and return at once (``start`` also waits until it is healthy)."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
@@ -56,6 +57,11 @@ class WorkerProcess:
                 env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 cwd=Path(__file__).resolve().parents[2],
             )
+        return self
+
+    def start(self, timeout: float = 90.0) -> WorkerProcess:
+        self.launch()
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -1,8 +1,9 @@
 """The Faust app: the coordinator worker (``lockstep worker``).
 
 Agents and timers only schedule the Coordinator's work: the commands agent decodes and
-decides, the barrier clock and lease expiry run on the Faust leader only, and the web views
-serve the folded state. ``create_app(settings)`` builds it; importing this module reads no
+decides, the barrier clock and lease expiry run on the Faust leader only (and write through
+one transactional id, so a paused leader that resumes is fenced: ``coordinator.stream.fencing``),
+and the web views serve the folded state. ``create_app(settings)`` builds it; importing this module reads no
 environment and touches no disk.
 
 Example::
@@ -115,6 +116,12 @@ def create_app(settings: Settings) -> LockstepApp:
         except RetryError:
             log.warning("%s: given up (%s)", what, "no longer the leader" if leader_only else "still failing")
         return None
+
+    @app.on_partitions_assigned.connect
+    async def rebalanced(sender: faust.App, assigned: object, **kwargs: object) -> None:
+        """A leader fenced by a newer one writes again only if a rebalance makes it lead."""
+        if started:
+            coordinator().leader_writer.rejoin()
 
     @app.agent(commands_topic)
     async def handle_commands(stream: faust.StreamT) -> None:

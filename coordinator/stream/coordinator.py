@@ -36,7 +36,9 @@ from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
 from coordinator.domain.decide import abandon_pending_tables
 from coordinator.domain.events import split_key
 from coordinator.domain.pruning import prunable
+from coordinator.faults import crash_point
 from coordinator.settings import Settings
+from coordinator.stream.fencing import Fenced, FencedWriter
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ class Counters:
     records_pruned: int = 0
     ctas_abandoned: int = 0
     work_failures: int = 0  # a timer's or a command's work that raised (broker gone, timeouts); retried
+    fenced_writes: int = 0  # leader writes refused because a newer leader took over
 
 
 class Coordinator:
@@ -64,6 +67,7 @@ class Coordinator:
         self.codec = default_codec(settings.schemas)
         self.follower = StateFollower(settings, topics)
         self.producer = Producer(settings.kafka_config({"enable.idempotence": True, "linger.ms": 0}))
+        self.leader_writer = FencedWriter(settings)  # the barrier clock's, pruning's and lease expiry's writes
         self.admin = AdminClient(settings.kafka_config())
         self.counters = Counters()
         self._due: int | None = None  # when the next barrier is due (None: held back)
@@ -77,6 +81,7 @@ class Coordinator:
     def stop(self) -> None:
         self.follower.stop()
         self.producer.flush(10)
+        self.leader_writer.close()
 
     @property
     def state(self) -> MetaState:
@@ -103,7 +108,7 @@ class Coordinator:
                         "barrier": self.topics.barriers, "completion": self.topics.completions}[kind]
         raise TypeError(f"no topic for {type(fact).__name__}")
 
-    def write(self, facts: list[Fact | Tombstone], wait_folded: bool = True) -> None:
+    def write(self, facts: list[Fact | Tombstone]) -> None:
         """Produce facts (keyed by entity) and wait until our own follower has folded them."""
         marks: dict[str, int] = {}
         errors: list[str] = []
@@ -123,8 +128,29 @@ class Coordinator:
             log.warning("%d fact(s) still on their way to the broker; waiting", undelivered)
         if errors:
             raise RuntimeError(f"could not write facts: {errors}")
-        if wait_folded:
-            self.follower.wait_for(marks)
+        self.follower.wait_for(marks)
+
+    def _lead(self) -> bool:
+        """Fence every earlier leader before this one reads the state it plans from
+        (``coordinator.stream.fencing``); False while a newer leader has fenced this one."""
+        try:
+            self.leader_writer.start()
+        except Fenced:
+            return False
+        return True
+
+    def _write_as_leader(self, facts: list[Fact | Tombstone]) -> bool:
+        """Write the leader's facts in one fenced transaction and wait until they are folded;
+        False (counted) if a newer leader has taken over."""
+        records = [(self.topic_of(f), entity_key(f).encode(), None if isinstance(f, Tombstone) else self.codec.encode(f))
+                   for f in facts]
+        try:
+            marks = self.leader_writer.write(records)
+        except Fenced:
+            self.counters.fenced_writes += 1
+            return False
+        self.follower.wait_for(marks)
+        return True
 
     # -- commands --------------------------------------------------------------------------------
 
@@ -186,7 +212,7 @@ class Coordinator:
         if self._due is None:
             self.counters.barriers_held_back += 1
             return None
-        if now < self._due:
+        if now < self._due or not self._lead():
             return None
         self.follower.wait_current()
         with self.follower.reader.lock:
@@ -197,7 +223,9 @@ class Coordinator:
         if barrier is None:
             self.counters.barriers_held_back += 1
             return None
-        self.write([barrier])
+        crash_point("pause_before_announce", self.settings.crash_at)
+        if not self._write_as_leader([barrier]):
+            return None
         self.counters.barriers_announced += 1
         self._planned_at_events = -1  # plan the next one afresh
         return barrier
@@ -206,21 +234,26 @@ class Coordinator:
         """Forget the barrier and completion records below the retention floor that nothing needs
         any more (``coordinator.domain.pruning``), and CTAS tables whose job died before their
         first commit; returns how many records were written."""
+        if not self._lead():
+            return 0
         with self.follower.reader.lock:
             abandoned = abandon_pending_tables(self.state, now_ms(), self.settings.barriers.liveness_ms)
             stale = prunable(self.state, self.settings.retain_barriers)
-        if abandoned:
-            self.write(abandoned)
+        written = 0
+        if abandoned and self._write_as_leader(abandoned):
             self.counters.ctas_abandoned += sum(isinstance(f, Tombstone) for f in abandoned)
-        if stale:
-            self.write(list(stale))
+            written += len(abandoned)
+        if stale and self._write_as_leader(list(stale)):
             self.counters.records_pruned += len(stale)
-        return len(abandoned) + len(stale)
+            written += len(stale)
+        return written
 
     def tick_leases(self) -> int:
+        if not self._lead():
+            return 0
         with self.follower.reader.lock:
             expired = expire_leases(self.state, now_ms())
-        if expired:
-            self.write(list(expired))
+        if expired and self._write_as_leader(list(expired)):
             self.counters.leases_expired += len(expired)
-        return len(expired)
+            return len(expired)
+        return 0

@@ -26,9 +26,9 @@ from coordinator.client.clock import now_ms
 from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierCompleted, OffsetRange, PhaseTime, SourceVersion, entity_key
+from coordinator.faults import crash_point
 from coordinator.settings import CrashAt, Settings
 from spark_jobs.runtime.delta_log import align_log_retention, newest_commit, parse_metadata, prepare_next_write
-from spark_jobs.runtime.faults import crash_point
 from spark_jobs.runtime.session import session_conf, spark_error
 from spark_jobs.runtime.stopwatch import Stopwatch
 
