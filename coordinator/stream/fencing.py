@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -45,27 +46,34 @@ class FencedWriter:
         self.transactional_id = f"{settings.topic_prefix}-coordinator-leader"
         self.fenced = False
         self._producer: Producer | None = None
+        # The leader's timers run in executor threads; a producer runs one transaction at a time.
+        self._lock = threading.RLock()
 
     def start(self) -> None:
         """Become the only writer (idempotent): from here on no earlier leader's write lands."""
-        if self.fenced:
-            raise Fenced(f"another leader took over {self.transactional_id}; this worker writes again only "
-                         "when a rebalance makes it the leader")
-        if self._producer is None:
-            producer = Producer(self.settings.kafka_config({
-                "transactional.id": self.transactional_id,
-                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                "linger.ms": 0,
-            }))
-            self._call(lambda: producer.init_transactions(30))
-            self._producer = producer
+        with self._lock:
+            if self.fenced:
+                raise Fenced(f"another leader took over {self.transactional_id}; this worker writes again only "
+                             "when a rebalance makes it the leader")
+            if self._producer is None:
+                producer = Producer(self.settings.kafka_config({
+                    "transactional.id": self.transactional_id,
+                    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                    "linger.ms": 0,
+                }))
+                self._call(lambda: producer.init_transactions(30))
+                self._producer = producer
 
     def write(self, records: list[tuple[str, bytes, bytes | None]]) -> dict[str, int]:
         """Write ``(topic, key, value)`` records in one transaction; returns, per topic, the
         offset after the last one (for ``StateFollower.wait_for``)."""
-        self.start()
-        producer = self._producer
-        assert producer is not None
+        with self._lock:
+            self.start()
+            producer = self._producer
+            assert producer is not None
+            return self._transaction(producer, records)
+
+    def _transaction(self, producer: Producer, records: list[tuple[str, bytes, bytes | None]]) -> dict[str, int]:
         marks: dict[str, int] = {}
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
@@ -92,7 +100,9 @@ class FencedWriter:
 
     def _call(self, work: Callable[[], None], abort: bool = False) -> None:
         """Run ``work``; on a fencing error remember it and raise ``Fenced``; on an error the
-        transaction must be aborted for, abort it; a fatal producer is dropped (started anew)."""
+        transaction must be aborted for, abort it; after any other error (fatal, or a commit
+        that timed out: its outcome unknown) drop the producer, so the next write starts a new
+        one, whose start aborts whatever this one left open."""
         try:
             work()
         except KafkaException as exc:
@@ -102,8 +112,11 @@ class FencedWriter:
                 log.warning("fenced: another leader took over %s (%s); this worker writes nothing until it leads "
                             "again", self.transactional_id, error.str())
                 raise Fenced(error.str()) from exc
-            if error.fatal():
+            if abort and error.txn_requires_abort() and not error.fatal() and self._producer is not None:
+                try:
+                    self._producer.abort_transaction(30)
+                except KafkaException:
+                    self._producer = None
+            else:
                 self._producer = None
-            elif abort and error.txn_requires_abort() and self._producer is not None:
-                self._producer.abort_transaction(30)
             raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -101,3 +102,29 @@ def test_a_paused_leader_resumed_after_the_failover_announces_nothing(
 def process_state(pid: int) -> str:
     """R, S, T (stopped), ... from /proc."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_leader_s_timers_write_at_once_without_tripping_over_one_transaction(settings: Settings) -> None:
+    settings = dataclasses.replace(settings, topic_prefix=f"f{uuid.uuid4().hex[:8]}")
+    topics = Topics(settings.topic_prefix)
+    ensure_topics(settings, topics)
+    writer = FencedWriter(settings)  # the barrier clock, pruning and lease expiry share it from their threads
+    errors: list[BaseException] = []
+
+    def timer(name: str) -> None:
+        try:
+            for i in range(20):
+                writer.write([(topics.barriers, f"{name}{i}".encode(), b"v")])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=timer, args=(name,)) for name in "abcd"]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == []
+        assert len(committed_records(settings, topics.barriers)) == 80
+    finally:
+        writer.close()
