@@ -13,15 +13,20 @@ Example::
                  "ON a.user_id = p.user_id AND a.item_id = p.item_id").show()
 
 ``repeatable-read`` also takes a lease on those versions (renewed while the snapshot is open,
-released by ``close``, expiring on its own if the process dies), so VACUUM keeps them.
+released by ``close``, expiring on its own if the process dies), so VACUUM keeps them. If the
+renewals fail for longer than the lease's ttl (the coordinator or broker unreachable), the
+lease lapses and the snapshot's next read raises ``SnapshotError``: vacuum may have deleted
+what it reads.
 """
 
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +51,7 @@ from spark_jobs.planning.plans import HIDDEN
 from spark_jobs.runtime.delta_log import latest_version, read_version
 from spark_jobs.runtime.session import spark_error
 
+log = logging.getLogger(__name__)
 _clients: dict[tuple[str, str], CommandClient] = {}
 
 
@@ -95,9 +101,22 @@ class ConsistentSnapshot:
     _stop: threading.Event = field(default_factory=threading.Event)
     _renewer: threading.Thread | None = None
     _lineage: bool = False
+    _held_until: float = float("inf")  # monotonic time the lease surely holds until (repeatable-read)
+    _renewal_error: str = ""
+
+    def check_lease(self) -> None:
+        """Raise ``SnapshotError`` if this snapshot's lease has lapsed (see the module)."""
+        if self.lease_id is None or time.monotonic() <= self._held_until:
+            return
+        why = f"its renewals failed: {self._renewal_error}" if self._renewal_error else "it was not renewed in time"
+        raise SnapshotError(
+            f"the repeatable-read lease {self.lease_id} on barrier {self.barrier} lapsed "
+            f"{time.monotonic() - self._held_until:.0f} s ago ({why}); vacuum may have deleted files this snapshot "
+            "reads: open a new snapshot")
 
     def table(self, name: str) -> DataFrame:
         """The table at this snapshot's version (``read-uncommitted``: its latest version)."""
+        self.check_lease()
         if name not in self.versions:
             raise SnapshotError(f"table {name!r} is not part of this snapshot (opened for {', '.join(self.versions)}); "
                                 "open the snapshot with it, or with tables=None for every table")
@@ -145,19 +164,26 @@ class ConsistentSnapshot:
         return self.spark.sql(tree.sql(dialect="spark"))
 
     def _renew(self) -> None:
-        while not self._stop.wait(self.lease_ttl_ms / 3000):
+        """Renew every third of the ttl until closed or lapsed (a renewal that comes too late
+        protects nothing: vacuum may have run in between)."""
+        while not self._stop.wait(self.lease_ttl_ms / 3000) and time.monotonic() <= self._held_until:
             try:
                 self._acquire()
-            except Exception:  # noqa: BLE001 - a missed renewal is retried; the lease has 3x slack
-                continue
+            except Exception as exc:  # noqa: BLE001 - a missed renewal is retried; the lease has 3x slack
+                self._renewal_error = str(exc).splitlines()[0]
 
     def _acquire(self) -> None:
+        """Take or renew the lease; only an answer that comes while it still holds extends it."""
         assert self.lease_id is not None and self.barrier is not None
         holder = f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}"
+        sent = time.monotonic()
         outcome = _client(self.settings).emit(AcquireLease(new_request_id(), self.lease_id, holder, tuple(self.versions),
-                                                   self.barrier, self.lease_ttl_ms))
+                                                   self.barrier, self.lease_ttl_ms),
+                                              timeout=max(self.lease_ttl_ms / 3000, 1.0))
         if not outcome.accepted:
             raise SnapshotError(f"the coordinator refused the lease: {outcome.reason}")
+        if time.monotonic() <= self._held_until:
+            self._held_until = sent + self.lease_ttl_ms / 1000
 
     def close(self) -> None:
         """Release the lease (repeatable-read); the snapshot's DataFrames stay usable until vacuum."""
@@ -165,7 +191,10 @@ class ConsistentSnapshot:
         if self._renewer is not None:
             self._renewer.join(10)
         if self.lease_id is not None:
-            _client(self.settings).emit(ReleaseLease(new_request_id(), self.lease_id))
+            try:
+                _client(self.settings).emit(ReleaseLease(new_request_id(), self.lease_id), timeout=5)
+            except LockstepError as exc:  # it expires on its own after its ttl
+                log.warning("could not release lease %s (it expires by itself): %s", self.lease_id, exc)
             self.lease_id = None
 
     def __enter__(self) -> ConsistentSnapshot:

@@ -155,3 +155,37 @@ def test_consistent_reads_while_the_pipeline_runs(
         open_snapshot(spark, ["user_item_amount"], as_of_barrier=10**9, settings=settings)
     with pytest.raises(CoordinatorUnreachable, match="127.0.0.1:9"):
         open_snapshot(spark, ["user_item_amount"], settings=Settings(coordinator_url="http://127.0.0.1:9"))
+
+
+def test_a_lapsed_repeatable_read_lease_makes_the_next_read_fail_clearly(
+    spark: SparkSession, make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str],
+) -> None:
+    from coordinator.client.topics import Topics
+    from coordinator.codec import default_codec
+    from coordinator.domain import BarrierCompleted, entity_key
+
+    worker = make_worker()
+    settings = Settings.from_env(worker.env)
+    spark.range(3).write.format("delta").save(str(settings.warehouse.absolute() / "t"))
+    assert lockstep_cli("emit", "declare-table", "t", "--kind", "root").returncode == 0
+    assert lockstep_cli("emit", "register-job", "j", "--sink", "t", "--topics", "src").returncode == 0
+    completion = BarrierCompleted("j", "t", 1, 0, 0, committed_at_ms=1)
+    producer = Producer(settings.kafka_config())
+    producer.produce(Topics(settings.topic_prefix).completions, key=entity_key(completion).encode(),
+                     value=default_codec().encode(completion))
+    producer.flush(10)
+    deadline = time.monotonic() + 30
+    while worker.get("/tables/t")["exact_points"] != {"1": 0}:
+        assert time.monotonic() < deadline, "the exact point of t"
+        time.sleep(0.2)
+
+    snapshot = open_snapshot(spark, ["t"], consistency="repeatable-read", settings=settings, lease_ttl_ms=3000)
+    try:
+        time.sleep(4)  # renewed past its ttl
+        assert snapshot.table("t").count() == 3
+        worker.kill9()  # renewals fail from now on; vacuum may run once the lease expires
+        time.sleep(4)
+        with pytest.raises(SnapshotError, match=r"lease rr-\w+ on barrier 1 lapsed .*its renewals failed.*open a new"):
+            snapshot.table("t")
+    finally:
+        snapshot.close()  # the coordinator is gone: the lease expires by itself, close does not hang
