@@ -8,7 +8,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,12 @@ from confluent_kafka import Producer
 from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
 from coordinator.domain import (
+    AcquireLease,
     BarrierAnnounced,
     BarrierCompleted,
+    CutEntry,
     DeclareTable,
+    JobState,
     LeaseState,
     RegisterJob,
     SourceVersion,
@@ -341,6 +344,84 @@ def test_poisoned_state_records_are_skipped_counted_and_survive_a_restart(
     ids = wait_until(lambda: (ids := barrier_ids(restarted)) and ids[-1] > before + 10 and ids, "barriers after a restart",
                      timeout=60)
     assert ids == list(range(ids[0], ids[-1] + 1))
+
+
+def poisoned_records(topics: Topics, count: int, seed: int = 16) -> Iterator[tuple[str, bytes, bytes | None]]:
+    """``count`` random and mutated records for every topic a worker reads: valid events of
+    every kind with forged names, ids out of range and unknown writers, then the same with
+    flipped bytes, truncated, under another entity's key, or replaced by random bytes."""
+    rng, codec = random.Random(seed), default_codec()
+    names = ["shopping", "../../x", "x__dlq", "", "a" * 300, "é", "__meta_etl_sink", "ghost", "DROP TABLE t"]
+    numbers = [0, 1, 7, -1, 2**53, 2**53 + 1, 2**63 - 1, -(2**63)]
+
+    def event() -> tuple[str, Any]:
+        name, other, n = rng.choice(names), rng.choice(names), rng.choice(numbers)
+        return rng.choice([
+            (topics.registry, TableState(name, rng.choice(["root", "intermediate", "weird"]), ("id",))),
+            (topics.registry, JobState(name, other, sources=(rng.choice(names),), status=rng.choice(["RUNNING", "??"]))),
+            (topics.barriers, BarrierAnnounced(n, n, (CutEntry(name, 0, n),))),
+            (topics.completions, BarrierCompleted(name, other, n, n, n, committed_at_ms=n)),
+            (topics.leases, LeaseState(name, "reader", n, (SourceVersion(other, n),), 0, n)),
+            (topics.commands, DeclareTable(f"r{rng.random()}", name, rng.choice(["root", "intermediate"]), ("id",))),
+            (topics.commands, RegisterJob(f"r{rng.random()}", name, other, sources=(rng.choice(names),))),
+            (topics.commands, AcquireLease(f"r{rng.random()}", name, "reader", (other,), n, n)),
+        ])
+
+    made = 0
+    while made < count:
+        topic, record = event()
+        try:
+            value: bytes | None = codec.encode(record)
+        except (ValueError, OverflowError, TypeError):  # the codec itself refuses some (e.g. ints past 64 bits)
+            continue
+        key = (record.request_id if hasattr(record, "request_id") else entity_key(record)).encode()
+        mutation = rng.random()
+        if mutation < 0.3:
+            pass  # well-formed, but forged
+        elif mutation < 0.55:
+            flipped = bytearray(value or b"")
+            for _ in range(rng.randint(1, 4)):
+                at = rng.randrange(len(flipped))
+                flipped[at] = rng.randrange(256)
+            value = bytes(flipped)
+        elif mutation < 0.7:
+            value = value[: rng.randrange(len(value))]
+        elif mutation < 0.8:
+            key = rng.choice([b"", b"table:", b"barrier:x", b"completion:a@b", b"\xff\xfe", os.urandom(8)])
+        elif mutation < 0.9:
+            value = os.urandom(rng.randint(0, 64))
+        else:
+            value = None  # a tombstone, for any key
+        made += 1
+        yield topic, key, value
+
+
+def test_ten_thousand_poisoned_records_on_every_topic_are_skipped_and_counted(
+    make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str], kafka_bootstrap: str
+) -> None:
+    worker = make_worker()
+    wait_until(lambda: len(barrier_ids(worker)) >= 3, "barriers", timeout=30)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
+    for i, (topic, key, value) in enumerate(poisoned_records(Topics(coordinator_env["LOCKSTEP_TOPIC_PREFIX"]), 10_000)):
+        producer.produce(topic, key=key, value=value)
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+
+    # the worker is still there, answers, decides a real command, and announces barriers
+    ok = wait_until(lambda: (r := lockstep_cli("emit", "declare-table", "after", "--kind", "root")).returncode == 0 and r,
+                    "a command decided after the poison", timeout=120)
+    assert "accepted" in ok.stdout
+    before = max(barrier_ids(worker))
+    wait_until(lambda: max(barrier_ids(worker)) > before + 3, "barriers after the poison", timeout=60)
+    assert worker.proc.poll() is None and worker.get("/health")["status"] == "ok"
+    metrics = worker.get_text("/metrics")
+    counted = {name: int(line.split()[1]) for line in metrics.splitlines()
+               for name in ("decode_errors", "invalid_records", "command_decode_errors", "commands_rejected")
+               if line.startswith(f"lockstep_{name}_total ")}
+    assert all(counted[name] > 0 for name in counted) and len(counted) == 4, counted
+    verify = lockstep_cli("replay", "--verify", url=worker.url)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
 @pytest.mark.slow
