@@ -14,7 +14,6 @@ import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
@@ -98,8 +97,8 @@ class RootIngestion:
 
     def _ingest(self, raw: DataFrame, work: BarrierWork, watch: Stopwatch) -> tuple[int | None, tuple[int, int, int]]:
         """One Spark job decodes the barrier's records and writes the good ones; the counts the
-        completion carries are observed on the way. The raw bytes of rejected records (rare)
-        are read again for the dead letters."""
+        completion carries are observed on the way. The raw records of the rejected ones (rare)
+        are read again and written as dead letters."""
         with watch.phase("plan"):
             rows, decoded, observation = self._decoded(raw, work)
         version = self.sink.commit(work.barrier, work.generation, lambda: self._write(rows), watch=watch)
@@ -110,8 +109,7 @@ class RootIngestion:
         rows_in, rejected = int(totals["rows"]), int(totals["bad"] or 0)
         if rejected:
             with watch.phase("dead_letters"):
-                bad = decode(raw, self.table).where("is_bad").select("key", "value", "topic", "partition", "offset")
-                self._dead_letters(bad.collect(), work)
+                self._dead_letters(decode(raw, self.table).where("is_bad"), work)
         return version, (rows_in, rows_in - rejected, rejected)
 
     def _decoded(self, raw: DataFrame, work: BarrierWork) -> tuple[DataFrame, DataFrame, Observation]:
@@ -139,11 +137,11 @@ class RootIngestion:
         delete_flag = "is_delete" if self.table.format == "debezium-json" else None  # the only format with deletes
         merge_by_key(self.spark, self.sink.path, rows, self.table.primary_key, columns, delete_flag)
 
-    def _dead_letters(self, bad_rows: list[Any], work: BarrierWork) -> None:
-        records = [
-            (r["key"], r["value"], r["topic"], r["partition"], r["offset"], reason(self.table, r["key"], r["value"]),
-             work.barrier)
-            for r in bad_rows
-        ]
-        frame = self.spark.createDataFrame(records, DLQ_SCHEMA)
+    def _dead_letters(self, bad: DataFrame, work: BarrierWork) -> None:
+        """Write the rejected records with why each was rejected; the reasons are found on the
+        executors, so a barrier of garbage never passes through the driver."""
+        table = self.table
+        why = F.udf(lambda key, value: reason(table, key, value), "string")
+        frame = bad.select(F.col("key").alias("raw_key"), F.col("value").alias("raw_value"), "topic", "partition",
+                           "offset", why("key", "value").alias("error"), F.lit(work.barrier).cast("bigint").alias("barrier"))
         self.dlq.commit(work.barrier, work.generation, lambda: frame.write.format("delta").mode("append").save(self.dlq.path))
