@@ -108,6 +108,11 @@ class Coordinator:
                         "barrier": self.topics.barriers, "completion": self.topics.completions}[kind]
         raise TypeError(f"no topic for {type(fact).__name__}")
 
+    def _record(self, fact: Fact | Tombstone) -> tuple[str, bytes, bytes | None]:
+        """(topic, key, value) of a fact: keyed by its entity, a tombstone without a value."""
+        value = None if isinstance(fact, Tombstone) else self.codec.encode(fact)
+        return self.topic_of(fact), entity_key(fact).encode(), value
+
     def write(self, facts: list[Fact | Tombstone]) -> None:
         """Produce facts (keyed by entity) and wait until our own follower has folded them."""
         marks: dict[str, int] = {}
@@ -119,9 +124,8 @@ class Coordinator:
             else:
                 marks[msg.topic()] = max(marks.get(msg.topic(), 0), msg.offset() + 1)
 
-        for fact in facts:
-            value = None if isinstance(fact, Tombstone) else self.codec.encode(fact)
-            self.producer.produce(self.topic_of(fact), key=entity_key(fact).encode(), value=value, on_delivery=delivered)
+        for topic, key, value in map(self._record, facts):
+            self.producer.produce(topic, key=key, value=value, on_delivery=delivered)
         # Wait for every fact's fate (the producer's message timeout bounds it): planning again
         # while one is still on its way could announce a second, different barrier of one id.
         while (undelivered := self.producer.flush(30)) > 0:
@@ -142,10 +146,8 @@ class Coordinator:
     def _write_as_leader(self, facts: list[Fact | Tombstone]) -> bool:
         """Write the leader's facts in one fenced transaction and wait until they are folded;
         False (counted) if a newer leader has taken over."""
-        records = [(self.topic_of(f), entity_key(f).encode(), None if isinstance(f, Tombstone) else self.codec.encode(f))
-                   for f in facts]
         try:
-            marks = self.leader_writer.write(records)
+            marks = self.leader_writer.write([self._record(f) for f in facts])
         except Fenced:
             self.counters.fenced_writes += 1
             return False
