@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ("coordinator.settings",)  # one typed Settings, read by every layer above the domain
+# one typed Settings, read by every layer above the domain, and the fault points drills fire
+BASE = ("coordinator.settings", "coordinator.faults")
 DATA_PLANE_BASE = ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE)
 # package -> the Lockstep modules it may import (besides itself); None: standard library only
 ALLOWED: dict[str, tuple[str, ...] | None] = {
     "coordinator.domain": None,
     "coordinator.settings": ("coordinator.domain",),
+    "coordinator.faults": ("coordinator.settings",),
     "coordinator.codec": ("coordinator.domain",),
     "coordinator.client": ("coordinator.domain", "coordinator.codec", *BASE),
     "coordinator.stream": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),

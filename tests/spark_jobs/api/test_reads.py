@@ -79,8 +79,12 @@ def test_consistent_reads_while_the_pipeline_runs(
         # thousands of reads while writers commit; Spark evaluates the join once per set of versions
         prober = Prober(spark, settings, memo=True)
         deadline = time.monotonic() + 120 + 0.5 * READS
-        while min(prober.stats[level].reads for level in ("read-committed", "repeatable-read")) < READS:
-            assert time.monotonic() < deadline, {level: s.reads for level, s in prober.stats.items()}
+        # the reads must also span many barriers: on a slow machine 1000 memoised reads can end
+        # within a few barriers, so keep reading (within the deadline) until they span 11
+        while (min(prober.stats[level].reads for level in ("read-committed", "repeatable-read")) < READS
+               or len(prober.stats["read-committed"].barriers) <= 10):
+            assert time.monotonic() < deadline, ({level: s.reads for level, s in prober.stats.items()},
+                                                 prober.stats["read-committed"].barriers)
             prober.read("read-committed")
             prober.read("repeatable-read")
             if prober.stats["read-committed"].reads % 50 == 0:
