@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from confluent_kafka import IsolationLevel, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from coordinator.client.clock import now_ms
+from coordinator.client.delivery import Delivered
 from coordinator.client.state import StateFollower
 from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
@@ -115,24 +116,16 @@ class Coordinator:
 
     def write(self, facts: list[Fact | Tombstone]) -> None:
         """Produce facts (keyed by entity) and wait until our own follower has folded them."""
-        marks: dict[str, int] = {}
-        errors: list[str] = []
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            if err is not None:
-                errors.append(str(err))
-            else:
-                marks[msg.topic()] = max(marks.get(msg.topic(), 0), msg.offset() + 1)
-
+        delivered = Delivered()
         for topic, key, value in map(self._record, facts):
             self.producer.produce(topic, key=key, value=value, on_delivery=delivered)
         # Wait for every fact's fate (the producer's message timeout bounds it): planning again
         # while one is still on its way could announce a second, different barrier of one id.
         while (undelivered := self.producer.flush(30)) > 0:
             log.warning("%d fact(s) still on their way to the broker; waiting", undelivered)
-        if errors:
-            raise RuntimeError(f"could not write facts: {errors}")
-        self.follower.wait_for(marks)
+        if delivered.errors:
+            raise RuntimeError(f"could not write facts: {delivered.errors}")
+        self.follower.wait_for(delivered.marks)
 
     def _lead(self) -> bool:
         """Fence every earlier leader before this one reads the state it plans from

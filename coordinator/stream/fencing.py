@@ -23,8 +23,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
+from coordinator.client.delivery import Delivered
 from coordinator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -74,11 +75,7 @@ class FencedWriter:
             return self._transaction(producer, records)
 
     def _transaction(self, producer: Producer, records: list[tuple[str, bytes, bytes | None]]) -> dict[str, int]:
-        marks: dict[str, int] = {}
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            if err is None and msg.topic() is not None and msg.offset() is not None:
-                marks[msg.topic()] = max(marks.get(msg.topic(), 0), msg.offset() + 1)  # type: ignore[index,operator]
+        delivered = Delivered()
 
         def transaction() -> None:
             producer.begin_transaction()
@@ -87,7 +84,7 @@ class FencedWriter:
             producer.commit_transaction(30)
 
         self._call(transaction, abort=True)
-        return marks
+        return delivered.marks
 
     def rejoin(self) -> None:
         """A rebalance happened: if this worker leads again, it may start (and fence) again."""
