@@ -135,9 +135,13 @@ def parse_pipeline(text: str, base: Path | None = None) -> Pipeline:
                 raise PipelineError(f"{where}: INSERT INTO writes a table of the pipeline "
                                     f"(INSERT INTO t SELECT ...), not {statement.this.key.upper()}")
             target = statement.this if isinstance(statement.this, exp.Table) else statement.this.this
-            query = statement.expression
-            derived.append(DerivedTable(_name(target.name, where), query.sql(dialect="spark"), tables_read(query),
-                                        declared_here=False))
+            name = _name(target.name, where)
+            if statement.args.get("overwrite"):
+                raise PipelineError(f"{where}: INSERT OVERWRITE would replace {name} at every barrier, but Lockstep "
+                                    f"maintains it incrementally; write INSERT INTO {name} SELECT ... (or CREATE TABLE "
+                                    f"{name} AS SELECT ...)")
+            query = _query(statement.expression, where)
+            derived.append(DerivedTable(name, query.sql(dialect="spark"), tables_read(query), declared_here=False))
         else:
             raise PipelineError(
                 f"{where}: only CREATE TABLE ... WITH (...), CREATE TABLE ... AS SELECT and "
@@ -226,8 +230,24 @@ def _root(statement: exp.Create, where: str, base: Path | None) -> RootTable:
 def _derived(statement: exp.Create, where: str) -> DerivedTable:
     target = statement.this
     name = _name(target.name if isinstance(target, exp.Table) else target.this.name, where)
-    query = statement.expression
+    query = _query(statement.expression, where)
     return DerivedTable(name, query.sql(dialect="spark"), tables_read(query), True, bool(statement.args.get("exists")))
+
+
+def _query(query: exp.Query, where: str) -> exp.Query:
+    """``query`` if every column it outputs has a name a Lockstep column may have (``*`` takes
+    its sources' names, checked where they are declared); else a PipelineError saying which."""
+    for position, column in enumerate(query.selects, start=1):
+        if isinstance(column, exp.Star) or (isinstance(column, exp.Column) and column.is_star):
+            continue
+        name = column.alias if isinstance(column, exp.Alias) else column.name if isinstance(column, exp.Column) else ""
+        if not name:
+            raise PipelineError(f"{where}: output column {position} ({column.sql(dialect='spark')}) has no name; "
+                                "name it, e.g. SUM(amount) AS total_amount")
+        problem = column_problem(name)
+        if problem:
+            raise PipelineError(f"{where}: {problem}")
+    return query
 
 
 def tables_read(query: exp.Query) -> tuple[str, ...]:
