@@ -25,9 +25,9 @@ from pyspark.sql import SparkSession
 from coordinator.settings import Settings
 from spark_jobs.api.reads import CoordinatorUnreachable, SnapshotError, open_snapshot
 from spark_jobs.demo.datagen import unit_price
-from spark_jobs.demo.probes import FLIP_JOIN, Prober
+from spark_jobs.demo.probes import FLIP_JOIN, Prober, wrong_prices
 from tests.support import ROOT, run_lockstep
-from tests.support.barriers import read_state, wait_for_barrier
+from tests.support.barriers import at, read_state, wait_for_barrier
 
 # 1 s barriers (the default): versions change about once a second, as in production
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.barrier_interval_ms(1000)]
@@ -122,6 +122,22 @@ def test_consistent_reads_while_the_pipeline_runs(
     with open_snapshot(spark, ["user_item_amount"], as_of_barrier=old, settings=settings) as snap:
         got = {(r["user_id"], r["item_id"]): r["total_amount"] for r in snap.table("user_item_amount").collect()}
     assert got == dict(expected)
+
+    # negative control: the probe sees a snapshot mixed from two barriers (amounts as of the
+    # oldest exact point, prices as of the newest), and none in either barrier's own pair
+    newest = state.common_barrier(["user_item_amount", "user_item_price"])
+    assert newest is not None and newest > old
+    session = spark.newSession()  # its temporary views are its own
+
+    def join(amounts_at: int, prices_at: int) -> int:
+        at(session, settings, "user_item_amount", state.exact_points("user_item_amount")[amounts_at]) \
+            .createOrReplaceTempView("user_item_amount")
+        at(session, settings, "user_item_price", state.exact_points("user_item_price")[prices_at]) \
+            .createOrReplaceTempView("user_item_price")
+        return wrong_prices([r.asDict() for r in session.sql(FLIP_JOIN).collect()])
+
+    assert join(old, newest) > 0 and join(newest, old) > 0
+    assert join(old, old) == 0 and join(newest, newest) == 0
 
     # the same read from the command line: rows on stdout, barrier and versions on stderr
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
