@@ -102,12 +102,12 @@ def lockstep_ingest(spark: SparkSession, settings: Settings, topic: str, ends: d
     from coordinator.domain.work import BarrierWork
     from spark_jobs.planning.pipeline import parse_pipeline
     from spark_jobs.runtime.commits import CompletionPublisher
-    from spark_jobs.runtime.ingest import RootIngestion
+    from spark_jobs.runtime.ingest import RootIngestion, kafka_source_options
 
     sql = f"CREATE TABLE t_{run} ({INGEST_DDL}) WITH ('source' = 'kafka:{topic}', 'primary_key' = 'id')"
     table = parse_pipeline(sql).roots[0]
     job = RootIngestion(spark.newSession(), table, f"ingest_{run}", settings.warehouse, CompletionPublisher(settings),
-                        settings.bootstrap)
+                        kafka_source_options(settings))
     for b in range(1, batches + 1):
         offsets = [OffsetRange(topic, p, end * (b - 1) // batches, end * b // batches) for p, end in ends.items()]
         job.process(BarrierWork(b, 0, 0, offsets=offsets))

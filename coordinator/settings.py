@@ -24,6 +24,8 @@ from coordinator.domain.errors import UsageError
 
 KAFKA_PASSTHROUGH_PREFIX = "LOCKSTEP_KAFKA_"
 KafkaValue = str | int | float | bool  # what a confluent-kafka config value may be
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # what all three client stacks speak
 CRASH_POINTS = ("before_commit", "before_completion", "pause_before_announce")
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE")
 
@@ -39,6 +41,48 @@ class CrashAt:
 
     point: str
     chance: float = 1.0
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How every Kafka client of Lockstep authenticates, read once from ``LOCKSTEP_KAFKA_*``
+    (librdkafka's names) so that the three client stacks, confluent-kafka, the Faust worker's
+    aiokafka and Spark's Java Kafka source, connect the same way.
+
+    Example::
+
+        >>> s = Settings.from_env({"LOCKSTEP_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        ...     "LOCKSTEP_KAFKA_SASL_USERNAME": "jobs", "LOCKSTEP_KAFKA_SASL_PASSWORD": 'p"w'})
+        >>> s.kafka_security.java_properties()["sasl.jaas.config"]
+        'org.apache.kafka.common.security.plain.PlainLoginModule required username="jobs" password="p\\\\"w";'
+    """
+
+    protocol: str = "PLAINTEXT"
+    mechanism: str | None = None  # SASL only
+    username: str | None = None
+    password: str | None = None
+    ca_location: str | None = None  # TLS: the CA certificates (PEM) that signed the brokers' certificates
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol.endswith("SSL")
+
+    def java_properties(self) -> dict[str, str]:
+        """The same security for a Java Kafka client (Spark's Kafka source adds ``kafka.``)."""
+        properties = {"security.protocol": self.protocol}
+        if self.sasl:
+            module = "plain.PlainLoginModule" if self.mechanism == "PLAIN" else "scram.ScramLoginModule"
+            properties["sasl.mechanism"] = str(self.mechanism)
+            properties["sasl.jaas.config"] = (f"org.apache.kafka.common.security.{module} required "
+                                              f"username={_jaas_quoted(self.username)} "
+                                              f"password={_jaas_quoted(self.password)};")
+        if self.tls and self.ca_location:
+            properties |= {"ssl.truststore.type": "PEM", "ssl.truststore.location": self.ca_location}
+        return properties
 
 
 @dataclass(frozen=True)
@@ -94,6 +138,7 @@ class Settings:
         )
         _ = settings.bootstrap_port  # validate early, with a message that names the variable
         _ = settings.coordinator_port
+        _ = settings.kafka_security
         return settings
 
     @property
@@ -126,6 +171,11 @@ class Settings:
             raise SettingsError(f"LOCKSTEP_COORDINATOR_URL={self.coordinator_url!r} is not http://host[:port]; "
                                 "set it like LOCKSTEP_COORDINATOR_URL=http://127.0.0.1:6066")
         return port or 6066
+
+    @property
+    def kafka_security(self) -> KafkaSecurity:
+        """The security part of ``LOCKSTEP_KAFKA_*``, checked (``SettingsError`` says what is missing)."""
+        return _kafka_security(self.kafka_client)
 
     def kafka_config(self, extra: Mapping[str, KafkaValue] | None = None) -> dict[str, KafkaValue]:
         """confluent-kafka client config: bootstrap + ``LOCKSTEP_KAFKA_*`` pass-through + extra."""
@@ -161,6 +211,31 @@ def _crash_at(raw: str | None) -> CrashAt | None:
         raise SettingsError(f"LOCKSTEP_CRASH_AT={raw!r} must be POINT[:PROBABILITY] with POINT one of "
                             f"{', '.join(CRASH_POINTS)} and PROBABILITY between 0 and 1")
     return CrashAt(point, probability)
+
+
+def _kafka_security(client: Mapping[str, str]) -> KafkaSecurity:
+    protocol = client.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise SettingsError(f"LOCKSTEP_KAFKA_SECURITY_PROTOCOL={protocol!r} is not a Kafka security protocol; "
+                            f"use one of {', '.join(SECURITY_PROTOCOLS)}")
+    security = KafkaSecurity(protocol=protocol, ca_location=client.get("ssl.ca.location"))
+    if not security.sasl:
+        return security
+    mechanism = (client.get("sasl.mechanism") or client.get("sasl.mechanisms") or "PLAIN").upper()
+    if mechanism not in SASL_MECHANISMS:
+        raise SettingsError(f"LOCKSTEP_KAFKA_SASL_MECHANISM={mechanism!r}: Lockstep's three Kafka clients "
+                            f"(confluent-kafka, Faust, Spark) share {', '.join(SASL_MECHANISMS)}; use one of them")
+    username, password = client.get("sasl.username"), client.get("sasl.password")
+    if not username or not password:
+        raise SettingsError(f"LOCKSTEP_KAFKA_SECURITY_PROTOCOL={protocol} needs a principal: set "
+                            "LOCKSTEP_KAFKA_SASL_USERNAME and LOCKSTEP_KAFKA_SASL_PASSWORD")
+    return KafkaSecurity(protocol, mechanism, username, password, security.ca_location)
+
+
+def _jaas_quoted(value: str | None) -> str:
+    """A JAAS option value: in double quotes, with backslash and quote escaped."""
+    escaped = (value or "").replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
 
 
 def kafka_passthrough(env: Mapping[str, str]) -> dict[str, str]:

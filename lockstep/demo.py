@@ -249,7 +249,7 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             stack.callback(spark.stop)
             stack.callback(close_clients)  # the leases' client, before the broker stops
             _wait_ready(settings, [d.name for d in pipeline.derived], jobs, say)
-            consumer = Consumer(settings.kafka_config({"group.id": "lockstep-demo-sizes"}))
+            consumer = Consumer(settings.kafka_config({"group.id": f"{settings.topic_prefix}-demo-sizes"}))
             stack.callback(consumer.close)
             before = _topic_size(consumer, topic)  # purchases of earlier runs are not this run's
             stack.enter_context(_generator(settings, topic, options, say))

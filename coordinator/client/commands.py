@@ -12,12 +12,12 @@ import threading
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import Command, CommandOutcome
-from coordinator.domain.errors import Unreachable
+from coordinator.domain.errors import LockstepError, NotAuthorised, Unreachable
 from coordinator.settings import Settings
 
 
@@ -47,12 +47,14 @@ class CommandClient:
 
     def _connect(self) -> tuple[Consumer, Producer]:
         if self._consumer is None or self._producer is None:
-            consumer = Consumer(self.settings.kafka_config({"group.id": "lockstep-cli", "enable.auto.commit": False,
-                                                              "log_level": 3}))
+            consumer = Consumer(self.settings.kafka_config({"group.id": f"{self.settings.topic_prefix}-cli",
+                                                            "enable.auto.commit": False, "log_level": 3}))
             try:
                 _, high = consumer.get_watermark_offsets(TopicPartition(self.topics.outcomes, 0), timeout=10)
             except KafkaException as exc:
                 consumer.close()
+                if exc.args and exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise refused(self.settings, f"read {self.topics.outcomes}") from exc
                 raise Unreachable(
                     f"cannot read {self.topics.outcomes} on {self.settings.bootstrap} ({exc}); is the broker up "
                     "(lockstep dev up) and the coordinator started once (lockstep worker)?"
@@ -65,9 +67,11 @@ class CommandClient:
         """Produce ``command`` and wait for the coordinator's outcome for its request id."""
         with self._lock:
             consumer, producer = self._connect()
-            producer.produce(self.topics.commands, key=command.request_id.encode(), value=self.codec.encode(command))
-            if producer.flush(10) != 0:
-                raise Unreachable(f"could not deliver the command to {self.topics.commands} on {self.settings.bootstrap}")
+            failed: list[KafkaError] = []
+            producer.produce(self.topics.commands, key=command.request_id.encode(), value=self.codec.encode(command),
+                             on_delivery=lambda error, _: failed.append(error) if error is not None else None)
+            if producer.flush(10) != 0 or failed:
+                raise undelivered(self.settings, self.topics.commands, failed[0] if failed else None)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 msg = consumer.poll(0.5)
@@ -90,6 +94,19 @@ class CommandClient:
             if self._consumer is not None:
                 self._consumer.close()
             self._consumer = self._producer = None
+
+
+def refused(settings: Settings, what: str) -> NotAuthorised:
+    principal = settings.kafka_security.username or "ANONYMOUS"
+    return NotAuthorised(f"the broker does not let User:{principal} {what}; grant it the ACLs of its role "
+                         "(`lockstep acls`, README: Security)")
+
+
+def undelivered(settings: Settings, topic: str, error: KafkaError | None) -> LockstepError:
+    """Why a record to ``topic`` was not delivered, as the error a person can act on."""
+    if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return refused(settings, f"write {topic}")
+    return Unreachable(f"could not deliver to {topic} on {settings.bootstrap}" + (f": {error.str()}" if error else ""))
 
 
 def emit(settings: Settings, command: Command, timeout: float = 30.0) -> CommandOutcome:

@@ -51,7 +51,7 @@ class StateReader:
         self.codec = default_codec(settings.schemas)
         self.consumer = Consumer(
             settings.kafka_config({
-                "group.id": f"lockstep-reader-{uuid.uuid4().hex}",
+                "group.id": f"{settings.topic_prefix}-reader-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "log_level": 3,
@@ -60,7 +60,7 @@ class StateReader:
         self.partitions = [TopicPartition(t, 0) for t in topics.state]
         self.consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics.state])
         # Watermark queries come from other threads; give them their own client.
-        self.probe = Consumer(settings.kafka_config({"group.id": "lockstep-probe", "log_level": 3}))
+        self.probe = Consumer(settings.kafka_config({"group.id": f"{settings.topic_prefix}-probe", "log_level": 3}))
         self.stats.positions = {t: 0 for t in topics.state}
         self.limits: dict[str, int] = {}
 

@@ -9,6 +9,10 @@ Example::
     broker.up()        # formats the storage the first time, returns once metadata answers
     broker.status()    # BrokerStatus(running=True, pid=..., bootstrap='127.0.0.1:9092', topics=0)
     broker.down()      # SIGTERM, wait, SIGKILL if needed
+
+With ``users={"admin": "...", "jobs": "..."}`` it authenticates every client with SASL/PLAIN
+and authorises with ACLs (KRaft's StandardAuthorizer; ``admin`` is the super user that grants
+them): the secured cluster the security tests run against.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +32,11 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from coordinator.domain.errors import NotStarted
-from coordinator.settings import Settings
+from coordinator.settings import KafkaSecurity, Settings
 
 HOST = "127.0.0.1"
 MAIN_CLASS = "kafka.Kafka"
+SUPER_USER = "admin"
 
 
 class BrokerError(NotStarted):
@@ -69,10 +75,10 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def topic_count(bootstrap: str, timeout: float = 2.0) -> int:
+def topic_count(bootstrap: str, timeout: float = 2.0, client: Mapping[str, str] | None = None) -> int:
     """Number of non-internal topics; raises KafkaException if the broker does not answer."""
     # log_level 0: a broker that is down is an answer here, not something to print 20 times.
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(client or {})})
     metadata = admin.list_topics(timeout=timeout)
     return sum(1 for name in metadata.topics if not name.startswith("__"))
 
@@ -80,11 +86,18 @@ def topic_count(bootstrap: str, timeout: float = 2.0) -> int:
 class LocalBroker:
     """Owns one broker's directory: config, data, log and pid file under ``home``."""
 
-    def __init__(self, home: Path, jars: Path, port: int = 9092, heap: str = "512m") -> None:
+    def __init__(self, home: Path, jars: Path, port: int = 9092, heap: str = "512m",
+                 users: Mapping[str, str] | None = None) -> None:
         self.home = Path(home).absolute()
         self.jars = Path(jars).absolute()
         self.port = port
         self.heap = heap
+        self.users = dict(users or {})  # SASL/PLAIN user -> password; empty: no authentication
+        if self.users and SUPER_USER not in self.users:
+            raise BrokerError(f"a secured broker needs the user {SUPER_USER!r}: it is the super user that grants ACLs")
+        if any(not user.isidentifier() or not password.isalnum() for user, password in self.users.items()):
+            raise BrokerError("users of a local broker are identifiers with alphanumeric passwords "
+                              "(they are written into its JAAS config as they are)")
 
     @classmethod
     def for_settings(cls, settings: Settings) -> LocalBroker | None:
@@ -97,6 +110,20 @@ class LocalBroker:
     @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
+
+    def client_config(self, user: str = SUPER_USER) -> dict[str, str]:
+        """confluent-kafka settings (bootstrap and security) for ``user`` of this broker."""
+        config = {"bootstrap.servers": self.bootstrap}
+        if self.users:
+            config |= {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                       "sasl.username": user, "sasl.password": self.users[user]}
+        return config
+
+    def env(self, user: str = SUPER_USER) -> dict[str, str]:
+        """``LOCKSTEP_*`` variables that make a Lockstep process a client of this broker as ``user``."""
+        return {"LOCKSTEP_BOOTSTRAP": self.bootstrap,
+                **{"LOCKSTEP_KAFKA_" + k.upper().replace(".", "_"): v
+                   for k, v in self.client_config(user).items() if k != "bootstrap.servers"}}
 
     @property
     def pid_file(self) -> Path:
@@ -168,7 +195,7 @@ class LocalBroker:
         topics = None
         if pid is not None:
             try:
-                topics = topic_count(self.bootstrap)
+                topics = topic_count(self.bootstrap, client=self.client_config())
             except KafkaException:  # running but not answering (yet): say so with topics=None
                 topics = None
         return BrokerStatus(running=pid is not None, pid=pid, bootstrap=self.bootstrap, topics=topics)
@@ -194,7 +221,7 @@ class LocalBroker:
             if not process_alive(pid):
                 raise BrokerError(f"the broker exited during start-up.\n{self._log_tail()}")
             try:
-                topic_count(self.bootstrap, timeout=1.0)
+                topic_count(self.bootstrap, timeout=1.0, client=self.client_config())
                 return
             except KafkaException as exc:  # not up yet
                 last_error = exc
@@ -235,11 +262,7 @@ class LocalBroker:
                     "process.roles=broker,controller",
                     "node.id=1",
                     f"controller.quorum.voters=1@{HOST}:{controller_port}",
-                    f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{controller_port}",
-                    f"advertised.listeners=PLAINTEXT://{HOST}:{self.port}",
-                    "controller.listener.names=CONTROLLER",
-                    "inter.broker.listener.name=PLAINTEXT",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    *self._listeners(controller_port),
                     f"log.dirs={self.data_dir}",
                     "num.partitions=1",
                     "offsets.topic.replication.factor=1",
@@ -264,6 +287,34 @@ class LocalBroker:
             "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
             "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
         )
+
+    def _listeners(self, controller_port: int) -> list[str]:
+        if not self.users:
+            return [
+                f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{controller_port}",
+                f"advertised.listeners=PLAINTEXT://{HOST}:{self.port}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            ]
+        # The broker and its controller talk SASL too, as the super user: no listener is open.
+        own = KafkaSecurity("SASL_PLAINTEXT", "PLAIN", SUPER_USER, self.users[SUPER_USER])
+        accounts = " ".join(f'user_{user}="{password}"' for user, password in self.users.items())
+        jaas = own.java_properties()["sasl.jaas.config"].removesuffix(";") + f" {accounts};"
+        return [
+            f"listeners=SASL_PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{controller_port}",
+            f"advertised.listeners=SASL_PLAINTEXT://{HOST}:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=SASL_PLAINTEXT",
+            "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms=PLAIN",
+            "sasl.mechanism.inter.broker.protocol=PLAIN",
+            "sasl.mechanism.controller.protocol=PLAIN",
+            f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}",
+            f"listener.name.controller.plain.sasl.jaas.config={jaas}",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            f"super.users=User:{SUPER_USER}",
+        ]
 
     def _format(self) -> None:
         cluster_id = new_cluster_id()

@@ -50,6 +50,12 @@ class Unreachable(LockstepError):
     exit_code = ExitCode.UNREACHABLE
 
 
+class NotAuthorised(LockstepError):
+    """The broker refused this principal (Kafka ACLs); the message names the principal and the grant it lacks."""
+
+    label = "not authorised"
+
+
 class NotStarted(LockstepError):
     """A part Lockstep starts itself (broker, worker, Spark) could not start; the message says why."""
 

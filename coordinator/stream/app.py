@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import TypeVar
 
 import faust
+from faust.auth import Credentials, SASLCredentials, SSLCredentials
 from faust.web import Request, Response, View
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception_type, stop_after_delay, wait_exponential
 
@@ -27,7 +29,7 @@ from coordinator.client.clock import now_ms
 from coordinator.client.topics import Topics, ensure_topics
 from coordinator.domain.errors import Rejected
 from coordinator.domain.snapshot import ReadLevel, resolve_snapshot
-from coordinator.settings import Settings
+from coordinator.settings import KafkaSecurity, Settings
 from coordinator.stream import views
 from coordinator.stream.coordinator import TICK_MS, Coordinator
 
@@ -54,6 +56,15 @@ class LockstepApp(faust.App):
         await super().on_first_start()
 
 
+def broker_credentials(security: KafkaSecurity) -> Credentials | None:
+    """The worker's aiokafka clients authenticate as ``LOCKSTEP_KAFKA_*`` says, like every other client."""
+    context = ssl.create_default_context(cafile=security.ca_location) if security.tls else None
+    if security.sasl:
+        return SASLCredentials(username=security.username, password=security.password, ssl_context=context,
+                               mechanism=security.mechanism)
+    return SSLCredentials(context) if context is not None else None
+
+
 def create_app(settings: Settings) -> LockstepApp:
     """The coordinator worker for ``settings``: its agents, leader timers and REST views."""
     topics = Topics(settings.topic_prefix)
@@ -63,6 +74,7 @@ def create_app(settings: Settings) -> LockstepApp:
         settings,
         topics,
         broker=[f"kafka://{hp}" for hp in settings.bootstrap.split(",")],
+        broker_credentials=broker_credentials(settings.kafka_security),
         store="memory://",
         key_serializer="raw",
         value_serializer="raw",

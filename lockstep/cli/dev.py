@@ -6,7 +6,11 @@ import sys
 from dataclasses import replace
 
 import click
+from rich.console import Console
+from rich.table import Table
 
+from coordinator.client.acls import ROLES, grant, grants
+from coordinator.client.topics import Topics
 from coordinator.dev.broker import BrokerStatus, LocalBroker
 from coordinator.domain.errors import ExitCode, UsageError
 from coordinator.settings import Settings
@@ -79,3 +83,29 @@ def worker(settings: Settings, web_port: int | None, loglevel: str) -> None:
     sys.argv = ["lockstep-worker", "worker", "--loglevel", loglevel,
                 "--web-host", settings.coordinator_host, "--web-port", str(settings.coordinator_port)]
     app.main()
+
+
+@click.command()
+@click.argument("role", type=click.Choice(ROLES))
+@click.argument("principal")
+@click.option("--data-topic", "data_topics", multiple=True, metavar="TOPIC",
+              help="A topic root tables read (repeat); the coordinator describes it, jobs read it.")
+@click.option("--apply", is_flag=True, help="Create the ACLs now, as LOCKSTEP_KAFKA_*'s principal (an admin).")
+@click.pass_obj
+def acls(settings: Settings, role: str, principal: str, data_topics: tuple[str, ...], apply: bool) -> None:
+    """The Kafka ACLs a principal of ROLE needs under LOCKSTEP_TOPIC_PREFIX (README: Security).
+
+    \b
+    lockstep acls coordinator User:lockstep-coordinator --data-topic shopping_source
+    lockstep acls job User:etl --data-topic shopping_source --apply
+    """
+    if not principal.startswith("User:"):
+        raise UsageError(f"PRINCIPAL {principal!r} must look like User:<name>, as the broker names principals")
+    table = Table("resource", "pattern", "name", "operations", title=f"{role} {principal}")
+    for g in grants(role, Topics(settings.topic_prefix), data_topics):
+        table.add_row(g.resource.name.lower(), "prefixed" if g.prefixed else "literal", g.name,
+                      ", ".join(op.name.lower() for op in g.operations))
+    Console().print(table)
+    if apply:
+        created = grant(settings, principal, role, data_topics)
+        click.echo(f"created {len(created)} ACL bindings for {principal}")

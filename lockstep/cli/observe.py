@@ -86,7 +86,8 @@ def barriers_tail(settings: Settings, from_beginning: bool, count: int | None) -
     from coordinator.codec import DecodeError, default_codec
 
     codec = default_codec(settings.schemas)
-    consumer = Consumer(settings.kafka_config({"group.id": "lockstep-tail", "enable.auto.commit": False, "log_level": 3}))
+    consumer = Consumer(settings.kafka_config({"group.id": f"{settings.topic_prefix}-tail", "enable.auto.commit": False,
+                                               "log_level": 3}))
     start = OFFSET_BEGINNING if from_beginning else OFFSET_END
     consumer.assign([TopicPartition(Topics(settings.topic_prefix).barriers, 0, start)])
     seen = 0

@@ -14,7 +14,7 @@ import click
 from coordinator.domain.errors import ExitCode, LockstepError
 from coordinator.settings import Settings
 from lockstep.cli.demo import datagen, demo
-from lockstep.cli.dev import dev, worker
+from lockstep.cli.dev import acls, dev, worker
 from lockstep.cli.emit import emit_group
 from lockstep.cli.observe import barriers, delays, replay_command, topology
 from lockstep.cli.pipelines import drop, explain, revise, run, stop_job
@@ -57,7 +57,7 @@ def cli(ctx: click.Context) -> None:
     ctx.obj = Settings.from_env()
 
 
-for command in (dev, worker, demo, datagen, run, stop_job, revise, drop, explain, query, vacuum, topology, delays, barriers,
+for command in (dev, worker, acls, demo, datagen, run, stop_job, revise, drop, explain, query, vacuum, topology, delays, barriers,
                 replay_command):
     cli.add_command(command)
 cli.add_command(emit_group, name="emit")

@@ -33,7 +33,7 @@ from spark_jobs.planning.pipeline import Job, Pipeline, RootTable
 from spark_jobs.planning.plans import plan_for
 from spark_jobs.runtime.commits import CompletionPublisher
 from spark_jobs.runtime.epochs import TRIGGER_MS, register_barrier_source, settings_options
-from spark_jobs.runtime.ingest import RootIngestion
+from spark_jobs.runtime.ingest import RootIngestion, kafka_source_options
 from spark_jobs.runtime.ivm import TableMaintainer
 
 
@@ -80,8 +80,9 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
     publisher = CompletionPublisher(settings)
     table = pipeline.table(job.sink)
     if isinstance(table, RootTable):
-        processor = RootIngestion(session, table, job.job_id, settings.warehouse.absolute(), publisher, settings.bootstrap,
-                                  crash_at=settings.crash_at, compact_every=settings.compact_every)
+        processor = RootIngestion(session, table, job.job_id, settings.warehouse.absolute(), publisher,
+                                  kafka_source_options(settings), crash_at=settings.crash_at,
+                                  compact_every=settings.compact_every)
     else:
         processor = TableMaintainer(session, table, plan_for(pipeline, table), job.job_id, settings.warehouse.absolute(),
                                     publisher, crash_at=settings.crash_at, compact_every=settings.compact_every)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,13 +22,20 @@ from pyspark.sql import functions as F
 from coordinator.client.clock import now_ms
 from coordinator.domain.events import dead_letters
 from coordinator.domain.work import EMPTY, BarrierWork
-from coordinator.settings import CrashAt
+from coordinator.settings import CrashAt, Settings
 from spark_jobs.planning.pipeline import RootTable
 from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.runtime.formats import check_avro_schema, decode, reason
 from spark_jobs.runtime.stopwatch import Stopwatch
 
 DLQ_SCHEMA = "raw_key BINARY, raw_value BINARY, topic STRING, `partition` INT, `offset` BIGINT, error STRING, barrier BIGINT"
+
+
+def kafka_source_options(settings: Settings) -> dict[str, str]:
+    """Spark's Kafka source reaches the brokers as every Lockstep client does (the security of
+    ``LOCKSTEP_KAFKA_*``), in consumer groups under the topic prefix (one group ACL covers them)."""
+    return {"kafka.bootstrap.servers": settings.bootstrap, "groupIdPrefix": f"{settings.topic_prefix}-spark",
+            **{f"kafka.{key}": value for key, value in settings.kafka_security.java_properties().items()}}
 
 
 @dataclass
@@ -37,7 +45,7 @@ class RootIngestion:
     job_id: str
     warehouse: Path
     publisher: CompletionPublisher
-    bootstrap: str
+    kafka_options: Mapping[str, str]  # kafka_source_options(settings)
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
     compact_every: int = 0  # LOCKSTEP_COMPACT_EVERY (0: never)
 
@@ -58,7 +66,7 @@ class RootIngestion:
         ending = {topic: {str(r.partition): r.end for r in ranges}}
         return (
             self.spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", self.bootstrap)
+            .options(**self.kafka_options)
             .option("assign", json.dumps({topic: sorted(r.partition for r in ranges)}))  # only partitions with data
             .option("startingOffsets", json.dumps(starting))
             .option("endingOffsets", json.dumps(ending))

@@ -22,15 +22,47 @@ def test_home_moves_warehouse_and_jars_unless_they_are_set() -> None:
 
 
 def test_kafka_passthrough_maps_variable_names_to_client_keys() -> None:
-    env = {"LOCKSTEP_KAFKA_SASL_MECHANISM": "PLAIN", "LOCKSTEP_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "OTHER": "1"}
-    assert kafka_passthrough(env) == {"sasl.mechanism": "PLAIN", "security.protocol": "SASL_SSL"}
+    env = {"LOCKSTEP_KAFKA_SASL_MECHANISM": "PLAIN", "LOCKSTEP_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "OTHER": "1",
+           "LOCKSTEP_KAFKA_SASL_USERNAME": "u", "LOCKSTEP_KAFKA_SASL_PASSWORD": "p"}
+    assert kafka_passthrough(env) == {"sasl.mechanism": "PLAIN", "security.protocol": "SASL_SSL",
+                                      "sasl.username": "u", "sasl.password": "p"}
     config = Settings.from_env(env).kafka_config({"group.id": "g"})
     assert config == {
         "bootstrap.servers": "127.0.0.1:9092",
         "sasl.mechanism": "PLAIN",
         "security.protocol": "SASL_SSL",
+        "sasl.username": "u",
+        "sasl.password": "p",
         "group.id": "g",
     }
+
+
+def test_kafka_security_is_told_to_java_clients_in_their_own_words() -> None:
+    assert Settings.from_env({}).kafka_security.java_properties() == {"security.protocol": "PLAINTEXT"}
+    scram = Settings.from_env({"LOCKSTEP_KAFKA_SECURITY_PROTOCOL": "sasl_ssl", "LOCKSTEP_KAFKA_SASL_MECHANISMS": "SCRAM-SHA-512",
+                               "LOCKSTEP_KAFKA_SASL_USERNAME": "etl", "LOCKSTEP_KAFKA_SASL_PASSWORD": 'a\\b"c',
+                               "LOCKSTEP_KAFKA_SSL_CA_LOCATION": "/ca.pem"}).kafka_security
+    assert (scram.sasl, scram.tls) == (True, True)
+    assert scram.java_properties() == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="etl" '
+                            'password="a\\\\b\\"c";',
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": "/ca.pem",
+    }
+
+
+@pytest.mark.parametrize(("env", "hint"), [
+    ({"LOCKSTEP_KAFKA_SECURITY_PROTOCOL": "TLS"}, "use one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+    ({"LOCKSTEP_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}, "set LOCKSTEP_KAFKA_SASL_USERNAME and LOCKSTEP_KAFKA_SASL_PASSWORD"),
+    ({"LOCKSTEP_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "LOCKSTEP_KAFKA_SASL_MECHANISM": "GSSAPI",
+      "LOCKSTEP_KAFKA_SASL_USERNAME": "u", "LOCKSTEP_KAFKA_SASL_PASSWORD": "p"}, "share PLAIN, SCRAM-SHA-256"),
+])
+def test_kafka_security_that_not_every_client_can_use_is_refused_with_the_fix(env: dict[str, str], hint: str) -> None:
+    with pytest.raises(SettingsError, match="LOCKSTEP_KAFKA_") as info:
+        Settings.from_env(env)
+    assert hint in str(info.value)
 
 
 @pytest.mark.parametrize("bad", ["localhost", "127.0.0.1:", ":9092", "host:port"])
