@@ -50,11 +50,16 @@ class CommandClient:
             consumer = Consumer(self.settings.kafka_config({"group.id": f"{self.settings.topic_prefix}-cli",
                                                             "enable.auto.commit": False, "log_level": 3}))
             try:
+                # a topic the principal may not describe looks missing to a watermark query; its
+                # metadata says why
+                described = consumer.list_topics(self.topics.outcomes, timeout=10).topics.get(self.topics.outcomes)
+                if described is not None and described.error is not None \
+                        and described.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    consumer.close()
+                    raise refused(self.settings, f"read {self.topics.outcomes}")
                 _, high = consumer.get_watermark_offsets(TopicPartition(self.topics.outcomes, 0), timeout=10)
             except KafkaException as exc:
                 consumer.close()
-                if exc.args and exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                    raise refused(self.settings, f"read {self.topics.outcomes}") from exc
                 raise Unreachable(
                     f"cannot read {self.topics.outcomes} on {self.settings.bootstrap} ({exc}); is the broker up "
                     "(lockstep dev up) and the coordinator started once (lockstep worker)?"
