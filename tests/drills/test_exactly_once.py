@@ -6,20 +6,17 @@ each completion published is the one the table's history says holds that barrier
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -27,15 +24,12 @@ from coordinator.domain import MetaState
 from coordinator.settings import Settings
 from spark_jobs.runtime.delta_log import parse_metadata
 from tests.support import ROOT
-from tests.support.barriers import at, wait_for_barrier
+from tests.support.barriers import SEQUENCED_PIPELINE, check_each_record_once, wait_for_barrier
+from tests.support.supervising import SequencedFeed
 
 # 21 job starts; 1 s barriers (the default): fewer barriers to catch up on after each kill
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.barrier_interval_ms(1000)]
 
-PIPELINE = """
-CREATE TABLE events (k BIGINT, seq BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
-CREATE TABLE per_key AS SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) AS total FROM events GROUP BY k;
-"""
 KEYS = 7
 # Where each run dies: self-inflicted SIGKILL at a crash point, or killed from outside at random
 CRASH_POINTS = ("before_commit:0.3", "before_completion:0.3", None)
@@ -66,32 +60,6 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.2)
 
 
-class Feed(threading.Thread):
-    """Writes {"k", "seq"} records, seq counting 1, 2, ... per key, keyed so a key stays in one partition."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self.topic = topic
-        self.sent: list[tuple[int, int, int, int]] = []  # (partition, offset, k, seq)
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        seq: Counter[int] = Counter()
-        i = 0
-        while not self.halt.is_set():
-            k = i % KEYS
-            seq[k] += 1
-            value = {"k": k, "seq": seq[k]}
-            self.producer.produce(self.topic, key=str(k).encode(), value=json.dumps(value).encode(),
-                                  on_delivery=lambda err, msg, v=value: self.sent.append(
-                                      (msg.partition(), msg.offset(), v["k"], v["seq"])))
-            self.producer.poll(0)
-            i += 1
-            time.sleep(0.01)
-        self.producer.flush(10)
-
-
 def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
     spark: SparkSession, make_worker: Callable, make_topic: Callable, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -101,8 +69,8 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
     env = {**worker.env, "LOCKSTEP_WAREHOUSE": str(tmp_path / "wh"), "PYSPARK_PYTHON": sys.executable}
     settings = Settings.from_env(env)
     pipeline_file = tmp_path / "pipeline.sql"
-    pipeline_file.write_text(PIPELINE.format(topic=topic))
-    feed = Feed(kafka_bootstrap, topic)
+    pipeline_file.write_text(SEQUENCED_PIPELINE.format(topic=topic))
+    feed = SequencedFeed(kafka_bootstrap, topic, KEYS)
     feed.start()
     log = tmp_path / "run.log"
     outcomes = []
@@ -126,11 +94,8 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
         feed.join(30)
         proc = start(None)
         try:
-            ends: dict[int, int] = {}
-            for p, off, *_ in feed.sent:
-                ends[p] = max(ends.get(p, 0), off + 1)
             try:
-                state, b = wait_for_barrier(settings, ["events", "per_key"], ends, topic, timeout=420)
+                state, b = wait_for_barrier(settings, ["events", "per_key"], feed.ends(), topic, timeout=420)
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; runs: {outcomes}\n{log.read_text()[-4000:]}") from None
         finally:
@@ -146,16 +111,7 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
     assert fired["before_commit"] >= 1 and fired["before_completion"] >= 1, \
         f"every crash point must fire: {outcomes}\n{log.read_text()[-3000:]}"
     print(f"{KILLS} kills: crash points fired {dict(fired)}, the rest killed from outside")
-    expected: Counter[int] = Counter(k for *_, k, _ in feed.sent)
-    rows = at(spark, settings, "events", state.exact_points("events")[b]).collect()
-    by_key: dict[int, list[int]] = {}
-    for r in rows:
-        by_key.setdefault(r["k"], []).append(r["seq"])
-    for k, n in expected.items():
-        assert sorted(by_key[k]) == list(range(1, n + 1)), f"key {k}: gap or duplicate"
-    aggregates = {r["k"]: (r["n"], r["last_seq"], r["total"])
-                  for r in at(spark, settings, "per_key", state.exact_points("per_key")[b]).collect()}
-    assert aggregates == {k: (n, n, n * (n + 1) // 2) for k, n in expected.items()}
+    check_each_record_once(spark, settings, state, b, feed.expected())
     for table in ("events", "per_key"):
         check_published_versions(spark, settings, state, table, b)
 

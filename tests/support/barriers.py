@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from pyspark.sql import DataFrame, SparkSession
 
 from coordinator.client.state import read_state
 from coordinator.domain import MetaState
 from coordinator.settings import Settings
+
+# Records {"k", "seq"} (tests.support.supervising.SequencedFeed) and an aggregate over them: the
+# drills check that every record is in ``events`` exactly once and that ``per_key`` agrees
+SEQUENCED_PIPELINE = """
+CREATE TABLE events (k BIGINT, seq BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
+CREATE TABLE per_key AS SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) AS total FROM events GROUP BY k;
+"""
 
 
 def wait_for_barrier(
@@ -29,3 +37,19 @@ def wait_for_barrier(
 
 def at(spark: SparkSession, settings: Settings, table: str, version: int) -> DataFrame:
     return spark.read.format("delta").option("versionAsOf", version).load(str(settings.warehouse / table))
+
+
+def check_each_record_once(spark: SparkSession, settings: Settings, state: MetaState, b: int,
+                           expected: Counter[int]) -> None:
+    """At barrier ``b`` of a SEQUENCED_PIPELINE: per key, ``events`` holds seq 1..n with no gap
+    and no duplicate (n from ``expected``), and ``per_key`` agrees (count n, max n, sum 1+..+n)."""
+    rows = at(spark, settings, "events", state.exact_points("events")[b]).collect()
+    by_key: dict[int, list[int]] = {}
+    for r in rows:
+        by_key.setdefault(r["k"], []).append(r["seq"])
+    for k, n in expected.items():
+        assert sorted(by_key.get(k, [])) == list(range(1, n + 1)), f"key {k}: gap or duplicate"
+    assert set(by_key) == set(expected), f"keys nobody sent: {set(by_key) - set(expected)}"
+    aggregates = {r["k"]: (r["n"], r["last_seq"], r["total"])
+                  for r in at(spark, settings, "per_key", state.exact_points("per_key")[b]).collect()}
+    assert aggregates == {k: (n, n, n * (n + 1) // 2) for k, n in expected.items()}

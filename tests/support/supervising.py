@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from coordinator.settings import Settings
 from spark_jobs.ops.hooks import JobEvent, JobHooks
@@ -88,3 +90,50 @@ class KeyedRecords:
             self.sent.append(i % self.keys)
         self.producer.flush(10)
         return {0: len(self.sent)}
+
+
+class SequencedFeed(threading.Thread):
+    """Writes {"k", "seq"} records, seq counting 1, 2, ... per key, keyed so a key stays in one
+    partition, until ``halt`` is set. ``sent`` lists what was delivered as (partition, offset, k,
+    seq) and ``errors`` what was not; the producer is idempotent, so its retries across a broker
+    outage duplicate nothing in the topic."""
+
+    def __init__(self, bootstrap: str, topic: str, keys: int, pause: float = 0.01) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,
+                                  "log_level": 0})
+        self.topic, self.keys, self.pause = topic, keys, pause
+        self.sent: list[tuple[int, int, int, int]] = []
+        self.errors: list[str] = []
+        self.halt = threading.Event()
+
+    def _delivered(self, err: KafkaError | None, msg: Message, value: dict[str, int]) -> None:
+        if err is not None:
+            self.errors.append(f"{value}: {err}")
+        else:
+            self.sent.append((msg.partition(), msg.offset(), value["k"], value["seq"]))
+
+    def run(self) -> None:
+        seq: Counter[int] = Counter()
+        i = 0
+        while not self.halt.is_set():
+            k = i % self.keys
+            seq[k] += 1
+            value = {"k": k, "seq": seq[k]}
+            self.producer.produce(self.topic, key=str(k).encode(), value=json.dumps(value).encode(),
+                                  on_delivery=lambda err, msg, v=value: self._delivered(err, msg, v))
+            self.producer.poll(0)
+            i += 1
+            time.sleep(self.pause)
+        self.producer.flush(60)
+
+    def ends(self) -> dict[int, int]:
+        """partition -> the offset after its last delivered record, what wait_for_barrier covers."""
+        ends: dict[int, int] = {}
+        for p, off, *_ in self.sent:
+            ends[p] = max(ends.get(p, 0), off + 1)
+        return ends
+
+    def expected(self) -> Counter[int]:
+        """key -> how many records of it were delivered (their seqs must be 1..n)."""
+        return Counter(k for *_, k, _ in self.sent)

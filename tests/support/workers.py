@@ -31,6 +31,10 @@ class Worker(WorkerProcess):
         with urllib.request.urlopen(self.url + path, timeout=5) as response:
             return response.read().decode()
 
+    def barrier_ids(self) -> list[int]:
+        """Ids of the barriers the worker's /barriers lists, oldest first."""
+        return [b["barrier"] for b in self.get("/barriers?limit=100000")]
+
     def kill9(self) -> None:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGKILL)

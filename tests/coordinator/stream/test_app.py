@@ -54,10 +54,6 @@ def test_the_app_follows_the_settings_it_is_given(tmp_path: Path) -> None:
     assert {"/health", "/state", "/snapshot", "/delays", "/metrics"} <= {route for route in app.web.views}
 
 
-def barrier_ids(worker: Any) -> list[int]:
-    return [b["barrier"] for b in worker.get("/barriers?limit=100000")]
-
-
 def test_emit_prints_outcomes_with_exit_codes(make_worker: Callable, lockstep_cli: Callable) -> None:
     worker = make_worker()
     ok = lockstep_cli("emit", "declare-table", "shopping", "--kind", "root", "--primary-key", "user_id,item_id")
@@ -162,14 +158,14 @@ def test_kill9_and_restart_keeps_state_and_barrier_ids_continue(
     worker = make_worker()
     assert lockstep_cli("emit", "declare-table", "t", "--kind", "root").returncode == 0
     assert lockstep_cli("emit", "register-job", "j", "--sink", "t", "--topics", "src").returncode == 0
-    wait_until(lambda: len(barrier_ids(worker)) >= 5, "five barriers", timeout=30)
+    wait_until(lambda: len(worker.barrier_ids()) >= 5, "five barriers", timeout=30)
     worker.kill9()
     before_state = worker_state_from_replay(coordinator_env)
 
     restarted = make_worker(start=False)
     restarted.port = worker.port
     restarted.start()
-    ids = wait_until(lambda: (ids := barrier_ids(restarted)) and len(ids) >= len(before_state["barriers"]) + 3 and ids,
+    ids = wait_until(lambda: (ids := restarted.barrier_ids()) and len(ids) >= len(before_state["barriers"]) + 3 and ids,
                      "new barriers after the restart", timeout=30)
     assert ids == list(range(1, len(ids) + 1)), "barrier ids continue with no gap and no duplicate"
     after = restarted.get("/state")["state"]
@@ -185,7 +181,7 @@ def test_the_leader_forgets_old_barriers_and_ids_continue_after_a_restart(
 ) -> None:
     coordinator_env["LOCKSTEP_RETAIN_BARRIERS"] = "10"  # barriers every 200 ms: pruned every 5 s
     worker = make_worker()
-    ids = wait_until(lambda: (ids := barrier_ids(worker)) and ids[0] > 20 and ids, "the oldest barriers pruned", timeout=60)
+    ids = wait_until(lambda: (ids := worker.barrier_ids()) and ids[0] > 20 and ids, "the oldest barriers pruned", timeout=60)
     assert ids == list(range(ids[0], ids[0] + len(ids))) and len(ids) <= 10 + 40  # newest kept, a few seconds' worth
     assert "lockstep_records_pruned_total 0" not in worker.get_text("/metrics")
     verify = lockstep_cli("replay", "--verify", url=worker.url)
@@ -195,7 +191,7 @@ def test_the_leader_forgets_old_barriers_and_ids_continue_after_a_restart(
     restarted = make_worker(start=False)
     restarted.port = worker.port
     restarted.start()
-    after = wait_until(lambda: (now := barrier_ids(restarted)) and now[-1] > ids[-1] + 3 and now, "barriers after the restart",
+    after = wait_until(lambda: (now := restarted.barrier_ids()) and now[-1] > ids[-1] + 3 and now, "barriers after the restart",
                        timeout=60)
     assert after == list(range(after[0], after[0] + len(after))), "ids continue with no gap and no duplicate"
 
@@ -274,14 +270,14 @@ def test_failover_to_the_second_worker_within_30s(make_worker: Callable) -> None
         lambda: next(((a, b) for a, b in [(first, second), (second, first)] if a.get("/health")["leader"]), None),
         "a leader", timeout=30,
     )
-    wait_until(lambda: len(barrier_ids(standby)) >= 3, "barriers seen by the standby", timeout=30)
-    last_before = max(barrier_ids(standby))
+    wait_until(lambda: len(standby.barrier_ids()) >= 3, "barriers seen by the standby", timeout=30)
+    last_before = max(standby.barrier_ids())
     leader.kill9()
     killed_at = time.monotonic()
-    wait_until(lambda: max(barrier_ids(standby)) > last_before + 2, "the standby announcing barriers", timeout=45)
+    wait_until(lambda: max(standby.barrier_ids()) > last_before + 2, "the standby announcing barriers", timeout=45)
     took = time.monotonic() - killed_at
     assert took <= 30, f"failover took {took:.1f}s"
-    ids = barrier_ids(standby)
+    ids = standby.barrier_ids()
     assert ids == list(range(1, len(ids) + 1))
 
 
@@ -321,7 +317,7 @@ def test_poisoned_state_records_are_skipped_counted_and_survive_a_restart(
     make_worker: Callable, coordinator_env: dict[str, str], kafka_bootstrap: str
 ) -> None:
     worker = make_worker()
-    wait_until(lambda: len(barrier_ids(worker)) >= 3, "barriers", timeout=30)
+    wait_until(lambda: len(worker.barrier_ids()) >= 3, "barriers", timeout=30)
     topics, codec = Topics(coordinator_env["LOCKSTEP_TOPIC_PREFIX"]), default_codec()
     poison = [(topics.barriers, BarrierAnnounced(2**63 - 1, 0)), (topics.registry, TableState("../../x", "root")),
               (topics.registry, TableState("x__dlq", "root"))]
@@ -333,15 +329,15 @@ def test_poisoned_state_records_are_skipped_counted_and_survive_a_restart(
     metrics = wait_until(lambda: (text := worker.get_text("/metrics")) and "lockstep_invalid_records_total 3" in text
                          and text, "the invalid records counted", timeout=30)
     assert "lockstep_decode_errors_total 1" in metrics
-    before = barrier_ids(worker)[-1]
-    wait_until(lambda: barrier_ids(worker)[-1] > before + 3, "barriers after the poison", timeout=30)
-    assert max(barrier_ids(worker)) < 2**62 and worker.get("/state")["state"]["tables"] == {}
+    before = worker.barrier_ids()[-1]
+    wait_until(lambda: worker.barrier_ids()[-1] > before + 3, "barriers after the poison", timeout=30)
+    assert max(worker.barrier_ids()) < 2**62 and worker.get("/state")["state"]["tables"] == {}
 
     worker.kill9()  # the poison is the newest value of its keys: a restart reads it first thing
     restarted = make_worker(start=False)
     restarted.port = worker.port
     restarted.start()
-    ids = wait_until(lambda: (ids := barrier_ids(restarted)) and ids[-1] > before + 10 and ids, "barriers after a restart",
+    ids = wait_until(lambda: (ids := restarted.barrier_ids()) and ids[-1] > before + 10 and ids, "barriers after a restart",
                      timeout=60)
     assert ids == list(range(ids[0], ids[-1] + 1))
 
@@ -400,7 +396,7 @@ def test_ten_thousand_poisoned_records_on_every_topic_are_skipped_and_counted(
     make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str], kafka_bootstrap: str
 ) -> None:
     worker = make_worker()
-    wait_until(lambda: len(barrier_ids(worker)) >= 3, "barriers", timeout=30)
+    wait_until(lambda: len(worker.barrier_ids()) >= 3, "barriers", timeout=30)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
     for i, (topic, key, value) in enumerate(poisoned_records(Topics(coordinator_env["LOCKSTEP_TOPIC_PREFIX"]), 10_000)):
         producer.produce(topic, key=key, value=value)
@@ -412,8 +408,8 @@ def test_ten_thousand_poisoned_records_on_every_topic_are_skipped_and_counted(
     ok = wait_until(lambda: (r := lockstep_cli("emit", "declare-table", "after", "--kind", "root")).returncode == 0 and r,
                     "a command decided after the poison", timeout=120)
     assert "accepted" in ok.stdout
-    before = max(barrier_ids(worker))
-    wait_until(lambda: max(barrier_ids(worker)) > before + 3, "barriers after the poison", timeout=60)
+    before = max(worker.barrier_ids())
+    wait_until(lambda: max(worker.barrier_ids()) > before + 3, "barriers after the poison", timeout=60)
     assert worker.proc.poll() is None and worker.get("/health")["status"] == "ok"
     metrics = worker.get_text("/metrics")
     counted = {name: int(line.split()[1]) for line in metrics.splitlines()
@@ -422,28 +418,3 @@ def test_ten_thousand_poisoned_records_on_every_topic_are_skipped_and_counted(
     assert all(counted[name] > 0 for name in counted) and len(counted) == 4, counted
     verify = lockstep_cli("replay", "--verify", url=worker.url)
     assert verify.returncode == 0, verify.stdout + verify.stderr
-
-
-@pytest.mark.slow
-def test_the_worker_outlives_its_broker_and_barriers_resume(
-    make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path, settings: Settings
-) -> None:
-    from coordinator.dev.broker import LocalBroker, free_port
-
-    broker = LocalBroker(tmp_path / "kafka", settings.jars / "kafka", port=free_port())
-    broker.up()
-    try:
-        coordinator_env["LOCKSTEP_BOOTSTRAP"] = broker.bootstrap
-        worker = make_worker()
-        wait_until(lambda: len(barrier_ids(worker)) >= 5, "barriers", timeout=60)
-        broker.down()
-        time.sleep(35)  # longer than every client timeout of the worker
-        assert worker.proc.poll() is None, "the worker exited while its broker was away"
-        before = barrier_ids(worker)[-1]
-        broker.up()
-        ids = wait_until(lambda: (ids := barrier_ids(worker)) and ids[-1] > before + 5 and ids, "barriers after the outage",
-                         timeout=120)
-        assert ids == list(range(ids[0], ids[-1] + 1)), "no id skipped or repeated across the outage"
-        assert "lockstep_work_failures_total 0" not in worker.get_text("/metrics")  # the failures were counted
-    finally:
-        broker.down()
