@@ -4,7 +4,8 @@ Starts a broker, a coordinator worker and `lockstep run` of the shopping pipelin
 purchases and reads FLIP-276's join at read-committed throughout (the reader of
 ``bench.freshness``). After ``--baseline-minutes`` (the baseline) and at the end it samples:
 coordinator state records, worker RSS, a replay of the state topics (the same fold every
-component runs), ``/snapshot`` p99 over 200 requests, a barrier tick (``plan_barrier`` on the
+component runs) and how many records it read (records and tombstones Kafka has not compacted
+away yet), ``/snapshot`` p99 over 200 requests, a barrier tick (``plan_barrier`` on the
 replayed state), data and log files per table, and the read-committed reads' anomalies so far
 (must stay 0). It prints both samples and end / baseline; issue 15's goal is every ratio within
 1.5 and bounded files per table.
@@ -42,7 +43,8 @@ def sample(env: dict[str, str], worker: Any, reads: Path, since: float) -> dict[
     """One look at the running system (see the module's docstring)."""
     import psutil
 
-    from coordinator.client.state import read_state
+    from coordinator.client.state import StateReader
+    from coordinator.client.topics import Topics
     from coordinator.domain.barriers import plan_barrier
     from coordinator.domain.events import CutEntry
     from coordinator.settings import Settings
@@ -52,7 +54,11 @@ def sample(env: dict[str, str], worker: Any, reads: Path, since: float) -> dict[
     metrics = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
     records = next(float(line.split()[1]) for line in metrics.splitlines() if line.startswith("lockstep_state_records "))
     t0 = time.perf_counter()
-    state = read_state(settings)
+    reader = StateReader(settings, Topics(settings.topic_prefix))
+    try:
+        state = reader.read_to_end()
+    finally:
+        reader.close()
     replay_s = time.perf_counter() - t0
     tables = ",".join(SHOPPING.aggregates)
     snapshot_ms = []
@@ -72,6 +78,7 @@ def sample(env: dict[str, str], worker: Any, reads: Path, since: float) -> dict[
         "last barrier": state.last_barrier(),
         "worker RSS (MB)": psutil.Process(worker.proc.pid).memory_info().rss / 2**20,
         "replay (s)": replay_s,
+        "records replayed": reader.stats.events_folded,  # what Kafka has not compacted away yet
         "/snapshot p99 (ms)": sorted(snapshot_ms)[int(0.99 * len(snapshot_ms)) - 1],
         "barrier tick (ms)": statistics.median(tick_ms),
     }

@@ -3,7 +3,8 @@
 Three roles, so that only the coordinator can write what the coordinator's state is made of:
 
 * ``coordinator`` (``lockstep worker``): creates, reads and writes the topics under the prefix
-  (registry, barriers, leases, outcomes; tombstones on completions), joins its consumer group,
+  (registry, barriers, leases, outcomes; tombstones on completions) and keeps their configs
+  (``coordinator.client.topics``), joins its consumer group,
   writes through its transactional id (the fenced leader), and describes the data topics to
   cut barriers at their end offsets.
 * ``job`` (``lockstep run``, the Spark jobs): reads the topics under the prefix and the data
@@ -59,7 +60,8 @@ def grants(role: str, topics: Topics, data_topics: Iterable[str] = ()) -> list[G
     if role == "coordinator":
         return [
             *common,
-            Grant(ResourceType.TOPIC, prefix, True, (*read, AclOperation.WRITE, AclOperation.CREATE)),
+            Grant(ResourceType.TOPIC, prefix, True, (*read, AclOperation.WRITE, AclOperation.CREATE,
+                                                     AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS)),
             Grant(ResourceType.TRANSACTIONAL_ID, f"{prefix}-coordinator-leader", False,
                   (AclOperation.WRITE, AclOperation.DESCRIBE)),
             *(Grant(ResourceType.TOPIC, t, False, (AclOperation.DESCRIBE,)) for t in data_topics),

@@ -2,22 +2,41 @@
 
 State topics are compacted (the latest value per entity key rebuilds everything);
 commands and outcomes are requests and answers, kept for a time only.
+
+A state topic holds what the coordinator still needs (the leader tombstones what falls below
+the retention floor) plus what Kafka has not compacted away yet: the records of the segment
+being written (a segment is compacted only after it rolls) and the tombstones, which stay
+``delete.retention.ms`` after compaction. Short segments and a short tombstone life keep that
+to a few minutes of writes, so replaying the state costs the same after a week as after a
+few minutes. A tombstone only has to outlive the readers that are behind it: every Lockstep
+reader folds from the beginning in about a second and then follows the head.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # exported, not in __all__
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # exported, not in __all__
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from coordinator.settings import Settings
+
+log = logging.getLogger(__name__)
 
 COMPACTED = {
     "cleanup.policy": "compact",
     "min.compaction.lag.ms": "60000",  # readers that just started see recent history uncompacted
-    "delete.retention.ms": "86400000",  # tombstones live a day: long enough for any replay to see them
-    "segment.ms": "3600000",
+    "delete.retention.ms": "120000",  # tombstones outlive any replay (~1 s) and follower by far
+    "segment.ms": "120000",  # a segment becomes compactable after 2 minutes
+    "min.cleanable.dirty.ratio": "0.2",  # compact once a fifth of the topic is dirty (Kafka: half)
 }
 TIMED = {"cleanup.policy": "delete", "retention.ms": str(7 * 86400000)}
 
@@ -66,9 +85,11 @@ class Topics:
 
 
 def ensure_topics(settings: Settings, topics: Topics) -> list[str]:
-    """Create missing Lockstep topics (one partition each: one ordered log per topic)."""
+    """Create missing Lockstep topics (one partition each: one ordered log per topic) and give
+    existing ones the configs above (topics made by an older Lockstep keep their records)."""
     admin = AdminClient(settings.kafka_config())
     existing = set(admin.list_topics(timeout=10).topics)
+    align_configs(admin, {name: config for name, config in topics.configs().items() if name in existing})
     wanted = [
         NewTopic(name, 1, settings.replication_factor, config=config)
         for name, config in topics.configs().items()
@@ -85,3 +106,28 @@ def ensure_topics(settings: Settings, topics: Topics) -> list[str]:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):  # another worker won the race
                 raise
     return sorted(created)
+
+
+def align_configs(admin: AdminClient, configs: dict[str, dict[str, str]]) -> list[str]:
+    """Set on each existing topic the entries of its config that differ; returns the topics
+    changed. A principal that may not describe or alter configs gets a warning, not an error:
+    the topics still work, their state just takes longer to compact."""
+    if not configs:
+        return []
+    try:
+        described = {resource.name: future.result(timeout=30) for resource, future in
+                     admin.describe_configs([ConfigResource(ResourceType.TOPIC, name) for name in configs]).items()}
+        changes = [
+            ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
+                ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+                for key, value in wanted.items() if key not in described[name] or described[name][key].value != value])
+            for name, wanted in configs.items()
+        ]
+        changes = [change for change in changes if change.incremental_configs]
+        for future in admin.incremental_alter_configs(changes).values() if changes else ():
+            future.result(timeout=30)
+    except KafkaException as exc:
+        log.warning("could not align the configs of %s (%s); grant ALTER_CONFIGS on them or run "
+                    "`lockstep acls coordinator PRINCIPAL --apply`", ", ".join(sorted(configs)), exc.args[0])
+        return []
+    return sorted(change.name for change in changes)
