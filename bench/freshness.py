@@ -137,7 +137,7 @@ def child_plain(topology: Topology, only: str | None) -> None:
 
     settings = Settings.from_env()
     spark = build_session(f"plain-{only or topology.name}", settings=settings)
-    wh, checkpoints = settings.warehouse.absolute(), settings.home.absolute() / "checkpoints"
+    wh, checkpoints = Path(settings.table_location("")), settings.checkpoints
     root = str(wh / topology.root)
     queries = []
     if only in (None, topology.root):
@@ -208,7 +208,7 @@ def child_read(topology: Topology, system: str, until: float, out: Path, nice: i
                             rows = snap.sql(topology.read).collect()
                         barrier = snap.barrier
                 else:
-                    paths = {t: str(settings.warehouse.absolute() / t) for t in tables}
+                    paths = {t: settings.table_location(t) for t in tables}
                     versions = {t: latest_version(spark, path) for t, path in paths.items()} if cache else {}
                     key = tuple(sorted(versions.items()))
                     rows = seen.get(key) if cache else None
@@ -417,7 +417,7 @@ def _wait_tables(settings: Any, tables: list[str], procs: Processes, timeout: fl
     while time.monotonic() < deadline:
         if any(c.poll() is not None for role, c in procs.children.items() if role.startswith("jobs")):
             raise SystemExit("a plain query process exited; run with --keep and read its log")
-        if all((settings.warehouse / t / "_delta_log" / f"{0:020d}.json").exists() for t in tables):
+        if all((Path(settings.table_location(t)) / "_delta_log" / f"{0:020d}.json").exists() for t in tables):
             return time.time()
         time.sleep(0.5)
     raise SystemExit(f"plain tables not created within {timeout:.0f} s")

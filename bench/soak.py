@@ -83,7 +83,7 @@ def sample(env: dict[str, str], worker: Any, reads: Path, since: float) -> dict[
         "barrier tick (ms)": statistics.median(tick_ms),
     }
     for table in (SHOPPING.root, *SHOPPING.aggregates):
-        root = settings.warehouse / table
+        root = Path(settings.table_location(table))
         out[f"{table} data files"] = sum(1 for p in root.rglob("*.parquet") if "_delta_log" not in p.parts)
         out[f"{table} log files"] = sum(1 for _ in (root / "_delta_log").glob("*")) if (root / "_delta_log").is_dir() else 0
     lines = [json.loads(line) for line in reads.read_text().splitlines() if line.strip()] if reads.exists() else []

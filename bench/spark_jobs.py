@@ -40,7 +40,7 @@ def local_stack() -> Iterator[Settings]:
     with tempfile.TemporaryDirectory() as tmp:
         broker = start_broker(Path(tmp))
         try:
-            settings = Settings(bootstrap=broker.bootstrap, warehouse=Path(tmp) / "wh", home=Path(tmp), topic_prefix="bench",
+            settings = Settings(bootstrap=broker.bootstrap, warehouse=str(Path(tmp) / "wh"), home=Path(tmp), topic_prefix="bench",
                                 jars=Path(__file__).resolve().parents[1] / ".lockstep" / "jars")
             ensure_topics(settings, Topics("bench"))
             yield settings
@@ -106,7 +106,7 @@ def lockstep_ingest(spark: SparkSession, settings: Settings, topic: str, ends: d
 
     sql = f"CREATE TABLE t_{run} ({INGEST_DDL}) WITH ('source' = 'kafka:{topic}', 'primary_key' = 'id')"
     table = parse_pipeline(sql).roots[0]
-    job = RootIngestion(spark.newSession(), table, f"ingest_{run}", settings.warehouse, CompletionPublisher(settings),
+    job = RootIngestion(spark.newSession(), table, f"ingest_{run}", settings.table_location, CompletionPublisher(settings),
                         kafka_source_options(settings))
     for b in range(1, batches + 1):
         offsets = [OffsetRange(topic, p, end * (b - 1) // batches, end * b // batches) for p, end in ends.items()]
@@ -135,7 +135,7 @@ def bench_ingest(records: int, batches: int, repeat: int) -> None:
             ours.append(time.perf_counter() - t0)
             print(f"run {r + 1}: plain Structured Streaming MERGE {plain[-1]:6.1f}s, "
                   f"Lockstep root ingestion {ours[-1]:6.1f}s")
-        count = spark.read.format("delta").load(str(settings.warehouse / f"t_{repeat - 1}")).count()
+        count = spark.read.format("delta").load(settings.table_location(f"t_{repeat - 1}")).count()
         best_plain, best_ours = min(plain), min(ours)
         print(f"rows in the table: {count:,} (both jobs upsert the same keys)")
         print(f"plain    : {records / best_plain:10,.0f} records/s (best of {repeat})")
@@ -159,7 +159,7 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
     with local_stack() as settings:
         spark = build_session("bench-ivm", settings=settings, conf={"spark.driver.memory": "6g"})
         groups = rows // 100
-        source = DeltaSink(spark, str(settings.warehouse / "src"), "ingest_src", "k BIGINT, g BIGINT, v BIGINT")
+        source = DeltaSink(spark, settings.table_location("src"), "ingest_src", "k BIGINT, g BIGINT, v BIGINT")
         t0 = time.perf_counter()
         version = source.commit(1, 0, lambda: spark.range(rows).select(
             F.col("id").alias("k"), (F.col("id") % groups).alias("g"), (F.col("id") % 1000).alias("v"))
@@ -171,9 +171,9 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
         assert incremental_plan.kind == PlanKind.AGGREGATE
         jobs = {
             "incremental": TableMaintainer(spark, DerivedTable("agg_inc", query, ("src",)), incremental_plan,
-                                           "maintain_inc", settings.warehouse, publisher),
+                                           "maintain_inc", settings.table_location, publisher),
             "full refresh": TableMaintainer(spark, DerivedTable("agg_full", query, ("src",)), full_plan,
-                                            "maintain_full", settings.warehouse, publisher),
+                                            "maintain_full", settings.table_location, publisher),
         }
         for job in jobs.values():
             job.process(BarrierWork(1, 0, 0, source_versions={"src": version}))
@@ -191,8 +191,8 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
                 times[name].append(time.perf_counter() - t0)
             print(f"barrier {b}: {n_changed:,} rows changed; " +
                   "  ".join(f"{name} {times[name][-1]:6.2f}s ({_phases(job)})" for name, job in jobs.items()))
-        inc = spark.read.format("delta").load(str(settings.warehouse / "agg_inc")).select("g", "total", "n")
-        full = spark.read.format("delta").load(str(settings.warehouse / "agg_full")).select("g", "total", "n")
+        inc = spark.read.format("delta").load(settings.table_location("agg_inc")).select("g", "total", "n")
+        full = spark.read.format("delta").load(settings.table_location("agg_full")).select("g", "total", "n")
         same = inc.exceptAll(full).count() == 0 and full.exceptAll(inc).count() == 0
         median = {name: statistics.median(ts) for name, ts in times.items()}
         print(f"results identical: {same}")

@@ -86,12 +86,46 @@ class KafkaSecurity:
 
 
 @dataclass(frozen=True)
+class S3Access:
+    """How Spark reaches an S3-API store for an ``s3a://`` warehouse: ``LOCKSTEP_S3_ENDPOINT``
+    (an S3-compatible server such as ``lockstep dev up --s3``; unset: AWS itself) and
+    ``LOCKSTEP_S3_ACCESS_KEY`` / ``LOCKSTEP_S3_SECRET_KEY`` (unset: Hadoop's default chain of
+    credential providers: AWS_* variables, profiles, instance roles).
+
+    Example::
+
+        >>> S3Access("http://127.0.0.1:9000", "k", "s").hadoop_conf()["fs.s3a.path.style.access"]
+        'true'
+    """
+
+    endpoint: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+
+    def hadoop_conf(self) -> dict[str, str]:
+        """``fs.s3a.*`` settings (Spark takes them as ``spark.hadoop.fs.s3a.*``)."""
+        conf: dict[str, str] = {}
+        if self.endpoint:
+            # an S3-compatible server: bucket in the path, plain HTTP where the URL says so
+            # bulk deletes off: the SDK's DeleteObjects carries a checksum header that S3-compatible
+            # servers (s3proxy among them) refuse with 501 NotImplemented
+            conf |= {"fs.s3a.endpoint": self.endpoint, "fs.s3a.path.style.access": "true",
+                     "fs.s3a.connection.ssl.enabled": str(self.endpoint.startswith("https:")).lower(),
+                     "fs.s3a.endpoint.region": "us-east-1", "fs.s3a.multiobjectdelete.enable": "false"}
+        if self.access_key and self.secret_key:
+            conf |= {"fs.s3a.access.key": self.access_key, "fs.s3a.secret.key": self.secret_key,
+                     "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"}
+        return conf
+
+
+@dataclass(frozen=True)
 class Settings:
     """Where things are, how to reach them, and the knobs of barriers, Spark and drills."""
 
     bootstrap: str = "127.0.0.1:9092"
     home: Path = Path(".lockstep")
-    warehouse: Path = Path(".lockstep/warehouse")
+    warehouse: str = ".lockstep/warehouse"  # a folder, or a Hadoop URI (s3a://bucket/prefix); see table_location
+    s3: S3Access = S3Access()
     jars: Path = Path(".lockstep/jars")
     coordinator_url: str = "http://127.0.0.1:6066"
     topic_prefix: str = "lockstep"
@@ -115,7 +149,8 @@ class Settings:
         settings = cls(
             bootstrap=env.get("LOCKSTEP_BOOTSTRAP", "127.0.0.1:9092"),
             home=home,
-            warehouse=Path(env.get("LOCKSTEP_WAREHOUSE", str(home / "warehouse"))),
+            warehouse=_warehouse(env.get("LOCKSTEP_WAREHOUSE") or str(home / "warehouse")),
+            s3=_s3_access(env),
             jars=Path(env.get("LOCKSTEP_JARS", str(home / "jars"))),
             coordinator_url=env.get("LOCKSTEP_COORDINATOR_URL", "http://127.0.0.1:6066"),
             topic_prefix=env.get("LOCKSTEP_TOPIC_PREFIX", "lockstep"),
@@ -140,6 +175,30 @@ class Settings:
         _ = settings.coordinator_port
         _ = settings.kafka_security
         return settings
+
+    @property
+    def warehouse_is_local(self) -> bool:
+        """Whether the warehouse is a folder of this machine (no scheme, or ``file:``)."""
+        return "://" not in str(self.warehouse) or str(self.warehouse).startswith("file:")
+
+    def table_location(self, name: str) -> str:
+        """Where the Delta table ``name`` lives: an absolute path for a local warehouse (relative
+        ones are relative to the current directory), else a URI under the warehouse's.
+
+        >>> Settings(warehouse="s3a://lake/wh/").table_location("orders")
+        's3a://lake/wh/orders'
+        >>> Settings(warehouse="/data/wh").table_location("orders")
+        '/data/wh/orders'
+        """
+        if self.warehouse_is_local:
+            return str(Path(str(self.warehouse).removeprefix("file:")).absolute() / name)
+        return f"{str(self.warehouse).rstrip('/')}/{name}"
+
+    @property
+    def checkpoints(self) -> Path:
+        """Where the jobs' streaming checkpoints live: a folder of the machine that runs the
+        Spark driver (they hold offsets and commit marks only; the tables hold the data)."""
+        return (self.home / "checkpoints").absolute()
 
     @property
     def bootstrap_host(self) -> str:
@@ -187,6 +246,29 @@ def _whole_number(env: Mapping[str, str], name: str, default: int, minimum: int 
     if not raw.isdigit() or int(raw) < minimum:
         raise SettingsError(f"{name}={raw!r} must be a whole number >= {minimum}")
     return int(raw)
+
+
+def _warehouse(raw: str) -> str:
+    """A folder, or a URI of a Hadoop file system (``s3a://``, ``hdfs://``, ``abfss://``, ...)."""
+    scheme = raw.split("://", 1)[0].lower() if "://" in raw else ""
+    if scheme in ("s3", "s3n"):
+        raise SettingsError(f"LOCKSTEP_WAREHOUSE={raw!r}: Spark reaches S3 through Hadoop's s3a connector; "
+                            f"write it as {'s3a://' + raw.split('://', 1)[1]}")
+    if scheme and (not scheme.isalnum() or not raw.split("://", 1)[1].strip("/")):
+        raise SettingsError(f"LOCKSTEP_WAREHOUSE={raw!r} is neither a folder nor a URI like s3a://bucket/prefix")
+    return raw
+
+
+def _s3_access(env: Mapping[str, str]) -> S3Access:
+    endpoint = env.get("LOCKSTEP_S3_ENDPOINT") or None
+    if endpoint and urlparse(endpoint).scheme not in ("http", "https"):
+        raise SettingsError(f"LOCKSTEP_S3_ENDPOINT={endpoint!r} is not http(s)://host:port; "
+                            "set it like LOCKSTEP_S3_ENDPOINT=http://127.0.0.1:9000")
+    access, secret = env.get("LOCKSTEP_S3_ACCESS_KEY") or None, env.get("LOCKSTEP_S3_SECRET_KEY") or None
+    if bool(access) != bool(secret):
+        raise SettingsError("set both LOCKSTEP_S3_ACCESS_KEY and LOCKSTEP_S3_SECRET_KEY, or neither "
+                            "(then Hadoop's default credential chain applies)")
+    return S3Access(endpoint, access, secret)
 
 
 def _spark_log_level(raw: str | None) -> str | None:

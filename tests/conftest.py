@@ -78,7 +78,7 @@ def warehouse(tmp_path: Path) -> Path:
 @pytest.fixture
 def settings(base_settings: Settings, kafka_bootstrap: str, warehouse: Path) -> Settings:
     """Settings pointing at the session's broker and this test's warehouse."""
-    return dataclasses.replace(base_settings, bootstrap=kafka_bootstrap, warehouse=warehouse)
+    return dataclasses.replace(base_settings, bootstrap=kafka_bootstrap, warehouse=str(warehouse))
 
 
 @pytest.fixture
@@ -131,11 +131,12 @@ def read_topic(kafka_bootstrap: str) -> Callable[[str], list[tuple[int, int, byt
 
 @pytest.fixture(scope="session")
 def spark(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    """The one SparkSession of the test session (local[2], 2 shuffle partitions, UI off)."""
+    """The one SparkSession of the test session (local[2], 2 shuffle partitions, UI off, the
+    s3a:// file system on its classpath)."""
     from spark_jobs.runtime.session import build_session
 
-    settings = dataclasses.replace(base_settings, warehouse=tmp_path_factory.mktemp("spark-warehouse"))
-    session = build_session("lockstep-tests", settings=settings)
+    settings = dataclasses.replace(base_settings, warehouse=str(tmp_path_factory.mktemp("spark-warehouse")))
+    session = build_session("lockstep-tests", settings=settings, object_store=True)  # s3a:// tests share it
     yield session
     session.stop()
 

@@ -18,11 +18,7 @@ them): the secured cluster the security tests run against.
 from __future__ import annotations
 
 import base64
-import os
-import signal
-import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,15 +27,16 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from coordinator.domain.errors import NotStarted
+from coordinator.dev.service import HOST, LocalService, ServiceError, free_port, port_in_use, process_alive
 from coordinator.settings import KafkaSecurity, Settings
 
-HOST = "127.0.0.1"
+__all__ = ["HOST", "BrokerError", "BrokerStatus", "LocalBroker", "free_port", "port_in_use", "process_alive", "topic_count"]
+
 MAIN_CLASS = "kafka.Kafka"
 SUPER_USER = "admin"
 
 
-class BrokerError(NotStarted):
+class BrokerError(ServiceError):
     """The local broker could not be started or stopped; the message says why and what to do."""
 
 
@@ -51,30 +48,6 @@ class BrokerStatus:
     topics: int | None
 
 
-def free_port(exclude: frozenset[int] = frozenset()) -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on right now and that is not in ``exclude``.
-
-    The OS may hand out a just-released port again, so a caller that needs two distinct
-    ports passes the first one in ``exclude``.
-    """
-    while True:
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = int(s.getsockname()[1])
-        if port not in exclude:
-            return port
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return True
-    return False
-
-
 def topic_count(bootstrap: str, timeout: float = 2.0, client: Mapping[str, str] | None = None) -> int:
     """Number of non-internal topics; raises KafkaException if the broker does not answer."""
     # log_level 0: a broker that is down is an answer here, not something to print 20 times.
@@ -83,14 +56,18 @@ def topic_count(bootstrap: str, timeout: float = 2.0, client: Mapping[str, str] 
     return sum(1 for name in metadata.topics if not name.startswith("__"))
 
 
-class LocalBroker:
+class LocalBroker(LocalService):
     """Owns one broker's directory: config, data, log and pid file under ``home``."""
+
+    name = "broker"
+    main_class = MAIN_CLASS
+    error = BrokerError
+    port_setting = f"LOCKSTEP_BOOTSTRAP={HOST}:<port>"
 
     def __init__(self, home: Path, jars: Path, port: int = 9092, heap: str = "512m",
                  users: Mapping[str, str] | None = None) -> None:
-        self.home = Path(home).absolute()
+        super().__init__(home, port)
         self.jars = Path(jars).absolute()
-        self.port = port
         self.heap = heap
         self.users = dict(users or {})  # SASL/PLAIN user -> password; empty: no authentication
         if self.users and SUPER_USER not in self.users:
@@ -126,14 +103,6 @@ class LocalBroker:
                    for k, v in self.client_config(user).items() if k != "bootstrap.servers"}}
 
     @property
-    def pid_file(self) -> Path:
-        return self.home / "broker.pid"
-
-    @property
-    def log_file(self) -> Path:
-        return self.home / "broker.log"
-
-    @property
     def data_dir(self) -> Path:
         return self.home / "data"
 
@@ -141,53 +110,32 @@ class LocalBroker:
     def config_file(self) -> Path:
         return self.home / "server.properties"
 
+    @property
+    def marker(self) -> str:
+        return str(self.config_file)
+
     # -- lifecycle -------------------------------------------------------------------
 
     def up(self, timeout: float = 90.0) -> BrokerStatus:
         """Start the broker unless ours already runs; return once a metadata request succeeds."""
-        pid = self.running_pid()
-        if pid is not None:
-            self.wait_ready(pid, timeout)
-            return self.status()
-        if port_in_use(self.port):
-            raise BrokerError(
-                f"port {self.port} on {HOST} is already in use by another process, not by a "
-                f"Lockstep broker under {self.home}. Stop that process, or pick a free port with "
-                f"LOCKSTEP_BOOTSTRAP={HOST}:<port>."
-            )
+        self.start(timeout)
+        return self.status()
+
+    def prepare(self) -> None:
         self._check_jars()
-        self.home.mkdir(parents=True, exist_ok=True)
         self._write_config(controller_port=free_port(exclude=frozenset({self.port})))
         if not (self.data_dir / "meta.properties").exists():
             self._format()
-        with open(self.log_file, "ab") as log:
-            proc = subprocess.Popen(
-                self._java(MAIN_CLASS, str(self.config_file)),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=self.home,
-            )
-        self.pid_file.write_text(str(proc.pid))
-        try:
-            self.wait_ready(proc.pid, timeout)
-        except BrokerError:
-            self.down()
-            raise
-        return self.status()
 
-    def down(self, timeout: float = 30.0) -> bool:
-        """Stop our broker by its pid; True if one was running. Never touches other processes."""
-        pid = self.running_pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
+    def command(self) -> list[str]:
+        return self._java(MAIN_CLASS, str(self.config_file))
+
+    def answers(self) -> bool:
+        try:
+            topic_count(self.bootstrap, timeout=1.0, client=self.client_config())
+        except KafkaException as exc:  # not up yet
+            self.last_error = str(exc)
             return False
-        os.kill(pid, signal.SIGTERM)
-        if not _wait_exit(pid, timeout):
-            os.kill(pid, signal.SIGKILL)
-            _wait_exit(pid, 10.0)
-        self.pid_file.unlink(missing_ok=True)
         return True
 
     def status(self) -> BrokerStatus:
@@ -199,37 +147,6 @@ class LocalBroker:
             except KafkaException:  # running but not answering (yet): say so with topics=None
                 topics = None
         return BrokerStatus(running=pid is not None, pid=pid, bootstrap=self.bootstrap, topics=topics)
-
-    def running_pid(self) -> int | None:
-        """The pid in our pid file if that process is alive and is our broker."""
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return None
-        if MAIN_CLASS.encode() in cmdline and str(self.config_file).encode() in cmdline:
-            return pid
-        return None
-
-    def wait_ready(self, pid: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            if not process_alive(pid):
-                raise BrokerError(f"the broker exited during start-up.\n{self._log_tail()}")
-            try:
-                topic_count(self.bootstrap, timeout=1.0, client=self.client_config())
-                return
-            except KafkaException as exc:  # not up yet
-                last_error = exc
-                time.sleep(0.3)
-        raise BrokerError(
-            f"the broker did not answer on {self.bootstrap} within {timeout:.0f}s "
-            f"(last error: {last_error}).\n{self._log_tail()}"
-        )
 
     # -- internals -------------------------------------------------------------------
 
@@ -327,13 +244,6 @@ class LocalBroker:
         if result.returncode != 0:
             raise BrokerError(f"formatting the broker storage failed:\n{result.stdout}{result.stderr}")
 
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            tail = self.log_file.read_text(errors="replace").splitlines()[-lines:]
-        except FileNotFoundError:
-            return f"(no log at {self.log_file})"
-        return f"last lines of {self.log_file}:\n" + "\n".join(tail)
-
 
 def new_cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes in URL-safe base64, never starting with '-'
@@ -342,31 +252,3 @@ def new_cluster_id() -> str:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not cluster_id.startswith("-"):
             return cluster_id
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie child of ours still "exists"; treat it as gone.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
-    except (OSError, IndexError):
-        return False
-    if state == "Z":
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        return False
-    return True
-
-
-def _wait_exit(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not process_alive(pid):
-            return True
-        time.sleep(0.1)
-    return not process_alive(pid)

@@ -1,4 +1,4 @@
-"""``lockstep dev`` (the local broker) and ``lockstep worker`` (the coordinator)."""
+"""``lockstep dev`` (the local broker and S3 server) and ``lockstep worker`` (the coordinator)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rich.table import Table
 from coordinator.client.acls import ROLES, grant, grants
 from coordinator.client.topics import Topics
 from coordinator.dev.broker import BrokerStatus, LocalBroker
+from coordinator.dev.s3 import LocalS3
 from coordinator.domain.errors import ExitCode, UsageError
 from coordinator.settings import Settings
 
@@ -34,36 +35,57 @@ def describe(status: BrokerStatus) -> str:
 
 @click.group()
 def dev() -> None:
-    """Run the local development stack (a real single-node KRaft Kafka broker on 127.0.0.1)."""
+    """Run the local development stack: a real single-node KRaft Kafka broker on 127.0.0.1 and,
+    with --s3, an S3-API server (s3proxy) for an s3a:// warehouse."""
 
 
 @dev.command()
-@click.option("--timeout", default=90.0, show_default=True, help="Seconds to wait for the broker to answer.")
+@click.option("--s3", "with_s3", is_flag=True,
+              help="Also start the S3-API server (LOCKSTEP_S3_ENDPOINT, default http://127.0.0.1:9000) with the "
+                   "bucket of an s3a:// LOCKSTEP_WAREHOUSE; prints the variables that point Lockstep at it.")
+@click.option("--timeout", default=90.0, show_default=True, help="Seconds to wait for each server to answer.")
 @click.pass_obj
-def up(settings: Settings, timeout: float) -> None:
+def up(settings: Settings, with_s3: bool, timeout: float) -> None:
     """Start the local broker (formats storage the first time); harmless if it already runs.
 
-    Exit 4 if it could not start (the message quotes its log)."""
+    Exit 4 if a server could not start (the message quotes its log)."""
     broker = local_broker(settings)
     already = broker.running_pid() is not None
     status = broker.up(timeout=timeout)
     click.echo(("already running; " if already else "started; ") + describe(status))
+    if with_s3:
+        s3 = LocalS3.for_settings(settings)
+        if s3 is None:
+            raise UsageError(f"LOCKSTEP_S3_ENDPOINT={settings.s3.endpoint} is not on 127.0.0.1; the local S3 server "
+                             "only runs on loopback. Unset it or use http://127.0.0.1:<port>.")
+        already = s3.running_pid() is not None
+        pid = s3.up(timeout=timeout)
+        click.echo(f"{'already running' if already else 'started'}; s3: pid {pid}, endpoint {s3.endpoint}, "
+                   f"buckets {', '.join(s3.buckets)} (objects under {s3.home / 'data'})")
+        click.echo("  " + " ".join(f"{k}={v}" for k, v in s3.env().items()))
 
 
 @dev.command()
 @click.pass_obj
 def down(settings: Settings) -> None:
-    """Stop the local broker this checkout started (by its pid) and wait for it to exit."""
+    """Stop the local broker and S3 server this checkout started (by their pids) and wait for them to exit."""
     broker = local_broker(settings)
     click.echo("broker stopped" if broker.down() else "broker was not running")
+    s3 = LocalS3.for_settings(settings)
+    if s3 is not None and s3.down():
+        click.echo("s3 stopped")
 
 
 @dev.command()
 @click.pass_context
 def status(ctx: click.Context) -> None:
-    """Say whether the local broker runs: pid, bootstrap address, topic count. Exit 3 if stopped."""
+    """Say whether the local broker runs: pid, bootstrap address, topic count (and the S3 server,
+    if it runs). Exit 3 if the broker is stopped."""
     state = local_broker(ctx.obj).status()
     click.echo(describe(state))
+    s3 = LocalS3.for_settings(ctx.obj)
+    if s3 is not None and (pid := s3.running_pid()) is not None:
+        click.echo(f"s3: running, pid {pid}, endpoint {s3.endpoint}")
     if not state.running:
         ctx.exit(ExitCode.UNREACHABLE)
 

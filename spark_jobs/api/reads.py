@@ -134,7 +134,7 @@ class ConsistentSnapshot:
 
     def path(self, name: str) -> str:
         """Where the Delta table ``name`` lives."""
-        return str(self.settings.warehouse.absolute() / name)
+        return self.settings.table_location(name)
 
     def pin_latest(self) -> None:
         """Fix each table still read at its latest version (``read-uncommitted``) to the version

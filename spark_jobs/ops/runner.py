@@ -35,6 +35,7 @@ from spark_jobs.runtime.commits import CompletionPublisher
 from spark_jobs.runtime.epochs import TRIGGER_MS, register_barrier_source, settings_options
 from spark_jobs.runtime.ingest import RootIngestion, kafka_source_options
 from spark_jobs.runtime.ivm import TableMaintainer
+from spark_jobs.runtime.storage import Storage
 
 
 def register_pipeline(settings: Settings, pipeline: Pipeline, timeout: float = 30.0) -> Pipeline:
@@ -80,11 +81,11 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
     publisher = CompletionPublisher(settings)
     table = pipeline.table(job.sink)
     if isinstance(table, RootTable):
-        processor = RootIngestion(session, table, job.job_id, settings.warehouse.absolute(), publisher,
+        processor = RootIngestion(session, table, job.job_id, settings.table_location, publisher,
                                   kafka_source_options(settings), crash_at=settings.crash_at,
                                   compact_every=settings.compact_every)
     else:
-        processor = TableMaintainer(session, table, plan_for(pipeline, table), job.job_id, settings.warehouse.absolute(),
+        processor = TableMaintainer(session, table, plan_for(pipeline, table), job.job_id, settings.table_location,
                                     publisher, crash_at=settings.crash_at, compact_every=settings.compact_every)
 
     def batch(frame: DataFrame, batch_id: int) -> None:
@@ -103,7 +104,7 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
         .options(**settings_options(settings))
         .load()
     )
-    checkpoint = (settings.home / "checkpoints" / job.job_id).absolute()
+    checkpoint = settings.checkpoints / job.job_id
     return (
         barriers.writeStream.queryName(job.job_id)
         .foreachBatch(batch)
@@ -164,7 +165,7 @@ class Supervisor:
     _upkeep: TableUpkeep | None = None
 
     def __post_init__(self) -> None:
-        self.hooks = [CtasCleanup(self.settings, self.report), *self.hooks]
+        self.hooks = [CtasCleanup(Storage(self.spark), self.settings, self.report), *self.hooks]
 
     def start(self) -> None:
         jobs = select_jobs(self.pipeline, self.only)

@@ -8,7 +8,8 @@ go with it: they keep every version from the one that held them at the table's o
 exact point (a revision puts them back there). Delta's own VACUUM deletes them, given
 exactly that list as its inventory: its time-based retention counts in whole hours
 (``RETAIN 0.5 HOURS`` is rounded), too coarse to keep one version and not the one before.
-The warehouse must be a local or mounted path.
+Files are listed and read through Hadoop's file system API, so an object-store warehouse
+(``s3a://``) is vacuumed like a local one.
 
 Example::
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from delta.tables import DeltaTable
@@ -34,8 +34,9 @@ from coordinator.domain.errors import check_known
 from coordinator.domain.events import dead_letters
 from coordinator.domain.retention import Keep, versions_to_keep
 from coordinator.settings import Settings
-from spark_jobs.runtime.delta_log import parse_metadata
+from spark_jobs.runtime.delta_log import data_file, parse_metadata
 from spark_jobs.runtime.session import session_conf
+from spark_jobs.runtime.storage import Storage
 
 SAFETY_MS = 1000  # only files written this long before the floor's commit may go (clock and write skew)
 VACUUM_CONF = {
@@ -68,10 +69,10 @@ def vacuum(spark: SparkSession, settings: Settings, tables: Sequence[str] = (), 
     retain = settings.retain_barriers if retain_barriers is None else retain_barriers
     reports = []
     for name in names:
-        path = str(settings.warehouse.absolute() / name)
+        path = settings.table_location(name)
         report = _vacuum_table(spark, path, name, versions_to_keep(state, name, retain), dry_run)
         reports.append(report)
-        dead = str(settings.warehouse.absolute() / dead_letters(name))
+        dead = settings.table_location(dead_letters(name))
         if report.floor is not None and DeltaTable.isDeltaTable(spark, dead):
             keeps = _dead_letters_to_keep(spark, dead, name, state, report.floor)
             reports.append(_vacuum_table(spark, dead, dead_letters(name), keeps, dry_run))
@@ -103,7 +104,8 @@ def _vacuum_table(spark: SparkSession, path: str, name: str, keeps: list[Keep], 
     commits = {int(r["version"]): int(r["at"]) for r in DeltaTable.forPath(spark, path).history()
                .select("version", (F.col("timestamp").cast("double") * 1000).cast("long").alias("at")).collect()}
     floor = max(min((k.version for k in keeps), default=max(commits)), min(commits))
-    inventory = _unneeded_files(spark, Path(path), floor, commits[floor] - SAFETY_MS, max(commits))
+    storage = Storage(spark)
+    inventory = _unneeded_files(spark, storage, path, floor, commits[floor] - SAFETY_MS, max(commits))
     if not inventory:
         return VacuumReport(name, floor, keeps, [], dry_run)
     spark.createDataFrame(inventory, INVENTORY).createOrReplaceTempView("__lockstep_vacuum_inventory")
@@ -112,33 +114,33 @@ def _vacuum_table(spark: SparkSession, path: str, name: str, keeps: list[Keep], 
         files = [r[0] for r in spark.sql(sql + " DRY RUN").collect()]
         if not dry_run and files:
             spark.sql(sql).collect()
-            files = [f for f in files if not Path(_local(f)).exists()]
+            files = [f for f in files if not storage.exists(f)]
     return VacuumReport(name, floor, keeps, sorted(files), dry_run)
 
 
-def _local(uri: str) -> str:
-    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+def _key(uri: str) -> str:
+    """A data file's path for comparing URIs of one table (``file:/t/a``, ``file:///t/a`` and
+    ``/t/a`` are one file; percent-escapes undone).
+
+    >>> _key("file:///w/t/a%20b.parquet"), _key("s3a://lake/w/t/a.parquet"), _key("/w/t/a.parquet")
+    ('/w/t/a b.parquet', '/w/t/a.parquet', '/w/t/a.parquet')
+    """
+    return unquote(urlparse(uri).path)
 
 
-def _unneeded_files(spark: SparkSession, root: Path, floor: int, written_before_ms: int,
+def _unneeded_files(spark: SparkSession, storage: Storage, path: str, floor: int, written_before_ms: int,
                     latest: int) -> list[tuple[str, int, bool, int]]:
-    """Data and change files under ``root`` that no version >= ``floor`` uses, written before
+    """Data and change files under ``path`` that no version >= ``floor`` uses, written before
     ``written_before_ms``, as Delta inventory rows."""
-    needed = {Path(_local(f)) for f in spark.read.format("delta").option("versionAsOf", floor).load(str(root)).inputFiles()}
+    needed = {_key(f) for f in spark.read.format("delta").option("versionAsOf", floor).load(path).inputFiles()}
     for version in range(floor + 1, latest + 1):
-        commit = root / "_delta_log" / f"{version:020d}.json"
-        if not commit.exists():
+        commit = storage.read_text(f"{path.rstrip('/')}/_delta_log/{version:020d}.json")
+        if commit is None:
             return []  # the log no longer has every commit: cannot tell what is needed, delete nothing
-        for line in commit.read_text().splitlines():
+        for line in commit.splitlines():
             action = json.loads(line)
             for kind in ("add", "cdc"):
                 if kind in action:
-                    needed.add(root / unquote(action[kind]["path"]))
-    rows = []
-    for file in root.rglob("*.parquet"):
-        if "_delta_log" in file.relative_to(root).parts or file in needed:
-            continue
-        info = file.stat()
-        if info.st_mtime * 1000 < written_before_ms:
-            rows.append((f"file:{file}", info.st_size, False, int(info.st_mtime * 1000)))
-    return rows
+                    needed.add(_key(data_file(path, unquote(action[kind]["path"]))))
+    return [(f.uri, f.size, False, f.modified_ms) for f in storage.files(path, ".parquet")
+            if "/_delta_log/" not in f.uri and _key(f.uri) not in needed and f.modified_ms < written_before_ms]

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from confluent_kafka import Producer
 from delta.tables import DeltaTable
@@ -31,6 +29,7 @@ from coordinator.settings import CrashAt, Settings
 from spark_jobs.runtime.delta_log import align_log_retention, newest_commit, parse_metadata, prepare_next_write
 from spark_jobs.runtime.session import session_conf, spark_error
 from spark_jobs.runtime.stopwatch import Stopwatch
+from spark_jobs.runtime.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +97,9 @@ class DeltaSink:
     def _clear_unfinished_create(self) -> None:
         """A process killed while creating the table can leave a ``_delta_log`` without any
         commit, which Delta then refuses to create a table in. Nothing was committed, so it goes."""
-        log = Path(self.path) / "_delta_log"
-        if log.is_dir() and not any(log.glob("*.json")) and not any(log.glob("*.checkpoint*.parquet")):
-            shutil.rmtree(log)
+        storage, log = Storage(self.spark), f"{self.path.rstrip('/')}/_delta_log"
+        if storage.exists(log) and not any(n.endswith(".json") or ".checkpoint" in n for n in storage.names(log)):
+            storage.delete(log)
 
     def _load_history(self) -> None:
         for row in DeltaTable.forPath(self.spark, self.path).history().select("version", "userMetadata").collect():

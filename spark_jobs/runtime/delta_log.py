@@ -116,14 +116,14 @@ def version_files(spark: SparkSession, path: str, version: int) -> tuple[list[st
     for add in jvm.scala.jdk.javaapi.CollectionConverters.asJava(checksum.get().allFiles().get()):
         if add.deletionVector() is not None:
             return None
-        files.append(_absolute(path, unquote(add.path())))
+        files.append(data_file(path, unquote(add.path())))
     return files, metadata.schemaString()
 
 
-def _absolute(table: str, file: str) -> str:
+def data_file(table: str, file: str) -> str:
     """A data file's path as the log states it (relative to the table, or a full URI) made whole.
 
-    >>> _absolute("/w/t/", "part-0.parquet"), _absolute("/w/t", "s3a://b/t/part-0.parquet")
+    >>> data_file("/w/t/", "part-0.parquet"), data_file("/w/t", "s3a://b/t/part-0.parquet")
     ('/w/t/part-0.parquet', 's3a://b/t/part-0.parquet')
     """
     return file if "://" in file or file.startswith("/") else f"{table.rstrip('/')}/{file}"

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
@@ -43,7 +42,7 @@ class RootIngestion:
     spark: SparkSession
     table: RootTable
     job_id: str
-    warehouse: Path
+    locate: Callable[[str], str]  # table name -> its location (Settings.table_location)
     publisher: CompletionPublisher
     kafka_options: Mapping[str, str]  # kafka_source_options(settings)
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
@@ -52,9 +51,9 @@ class RootIngestion:
     def __post_init__(self) -> None:
         if self.table.format == "avro":
             check_avro_schema(self.table)
-        self.sink = DeltaSink(self.spark, str(self.warehouse / self.table.name), self.job_id, self.table.schema_ddl,
+        self.sink = DeltaSink(self.spark, self.locate(self.table.name), self.job_id, self.table.schema_ddl,
                               crash_at=self.crash_at, compact_every=self.compact_every)
-        self.dlq = DeltaSink(self.spark, str(self.warehouse / dead_letters(self.table.name)), dead_letters(self.job_id),
+        self.dlq = DeltaSink(self.spark, self.locate(dead_letters(self.table.name)), dead_letters(self.job_id),
                              DLQ_SCHEMA, crash_at=self.crash_at, compact_every=self.compact_every)
 
     def read_range(self, work: BarrierWork) -> DataFrame | None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -56,7 +56,7 @@ class TableMaintainer:
     table: DerivedTable
     plan: Plan
     job_id: str
-    warehouse: Path
+    locate: Callable[[str], str]  # table name -> its location (Settings.table_location)
     publisher: CompletionPublisher
     # A table up to this size is rewritten whole at each barrier (one Spark job); a larger one
     # gets a MERGE of the changed rows (which reads and rewrites only the files they touch).
@@ -66,7 +66,7 @@ class TableMaintainer:
 
     def __post_init__(self) -> None:
         # The table is created by its first barrier's write (CREATE TABLE AS SELECT is atomic).
-        self.sink = DeltaSink(self.spark, self._path(self.table.name), self.job_id, None, create_on_first_write=True,
+        self.sink = DeltaSink(self.spark, self.locate(self.table.name), self.job_id, None, create_on_first_write=True,
                               crash_at=self.crash_at, compact_every=self.compact_every)
         self.schema: StructType | None = None
         if self.sink.exists:
@@ -79,16 +79,13 @@ class TableMaintainer:
 
     # -- reading sources ------------------------------------------------------------------------
 
-    def _path(self, table: str) -> str:
-        return str(self.warehouse / table)
-
     def snapshot(self, table: str, version: int) -> DataFrame:
-        return read_version(self.spark, self._path(table), version)
+        return read_version(self.spark, self.locate(table), version)
 
     def changes(self, table: str, old: int, new: int) -> DataFrame:
         """Rows of ``table`` changed in versions ``(old, new]`` with a weight of +1 or -1."""
         feed = (self.spark.read.format("delta").option("readChangeFeed", "true")
-                .option("startingVersion", old + 1).option("endingVersion", new).load(self._path(table)))
+                .option("startingVersion", old + 1).option("endingVersion", new).load(self.locate(table)))
         sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
         return feed.withColumn(WEIGHT, sign).drop(*CDF_COLUMNS)
 

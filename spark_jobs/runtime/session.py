@@ -78,8 +78,9 @@ class SparkSetupError(NotStarted):
     """Spark cannot start as configured; the message says how to fix it."""
 
 
-def spark_jars(settings: Settings) -> list[Path]:
-    """The cached extra jars (Delta, Kafka, Avro), or a clear error if setup has not run."""
+def spark_jars(settings: Settings, object_store: bool | None = None) -> list[Path]:
+    """The cached extra jars (Delta, Kafka, Avro; with ``object_store``, default: whether the
+    warehouse is a URI, also the s3a:// file system), or a clear error if setup has not run."""
     folder = settings.jars / "spark"
     jars = sorted(folder.glob("*.jar"))
     if not any(j.name.startswith("delta-spark_") for j in jars):
@@ -87,6 +88,12 @@ def spark_jars(settings: Settings) -> list[Path]:
             f"no Delta jars in {folder.absolute()}. Run scripts/setup from the repository root, "
             "or set LOCKSTEP_JARS to the folder that holds spark/."
         )
+    if object_store if object_store is not None else not settings.warehouse_is_local:
+        s3a = sorted((settings.jars / "s3a").glob("*.jar"))
+        if not any(j.name.startswith("hadoop-aws-") for j in s3a):
+            raise SparkSetupError(f"no hadoop-aws jars in {(settings.jars / 's3a').absolute()} for the warehouse "
+                                  f"{settings.warehouse}. Run scripts/setup from the repository root.")
+        jars += s3a
     return jars
 
 
@@ -96,8 +103,10 @@ def build_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
     settings: Settings | None = None,
+    object_store: bool | None = None,
 ) -> SparkSession:
-    """Get or create the SparkSession with Delta, the cached jars and small-machine defaults."""
+    """Get or create the SparkSession with Delta, the cached jars and small-machine defaults
+    (``object_store``: load the s3a:// jars even if ``settings``' warehouse is a folder)."""
     settings = settings or Settings.from_env()
     # Python workers (UDFs, Python data sources) must run the interpreter that has our deps.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -106,16 +115,28 @@ def build_session(
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master or settings.spark_master)
-        .config("spark.jars", ",".join(str(j.absolute()) for j in spark_jars(settings)))
-        .config("spark.sql.warehouse.dir", str(settings.warehouse.absolute()))
+        .config("spark.jars", ",".join(str(j.absolute()) for j in spark_jars(settings, object_store)))
+        .config("spark.sql.warehouse.dir", settings.table_location("").rstrip("/"))
     )
     retention = dict.fromkeys(RETENTION_DEFAULTS, f"interval {settings.log_retention_hours} hours")
-    for key, value in {**DEFAULT_CONF, **retention, **(conf or {})}.items():
+    s3 = {f"spark.hadoop.{key}": value for key, value in settings.s3.hadoop_conf().items()}
+    for key, value in {**DEFAULT_CONF, **retention, **s3, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level or "WARN")
     _quiet(spark, QUIET_LOGGERS)
+    configure_storage(spark, settings)
     return spark
+
+
+def configure_storage(spark: SparkSession, settings: Settings) -> None:
+    """Point a running session at the warehouse's object store (``LOCKSTEP_S3_*``): a session
+    that existed before (``getOrCreate`` returns it as it is) or that the caller built gets the
+    same ``fs.s3a.*`` settings a new one gets at start. Spark ships the driver's Hadoop
+    configuration with every task, so executors read and write the store the same way."""
+    hadoop = spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    for key, value in settings.s3.hadoop_conf().items():
+        hadoop.set(key, value)
 
 
 def _quiet(spark: SparkSession, loggers: tuple[str, ...]) -> None:

@@ -10,14 +10,14 @@ def test_defaults_follow_design() -> None:
     s = Settings.from_env({})
     assert s.bootstrap == "127.0.0.1:9092"
     assert s.home == Path(".lockstep")
-    assert s.warehouse == Path(".lockstep/warehouse")
+    assert s.warehouse == ".lockstep/warehouse"
     assert s.jars == Path(".lockstep/jars")
     assert s.coordinator_url == "http://127.0.0.1:6066"
 
 
 def test_home_moves_warehouse_and_jars_unless_they_are_set() -> None:
     s = Settings.from_env({"LOCKSTEP_HOME": "/x", "LOCKSTEP_WAREHOUSE": "/w"})
-    assert s.warehouse == Path("/w")
+    assert s.warehouse == "/w"
     assert s.jars == Path("/x/jars")
 
 
@@ -97,11 +97,29 @@ def test_every_knob_is_typed_and_defaults_follow_the_readme() -> None:
     ("LOCKSTEP_SPARK_LOG_LEVEL", "loud", "WARN"),
     ("LOCKSTEP_COORDINATOR_URL", "127.0.0.1:6066", "http://127.0.0.1:6066"),
     ("LOCKSTEP_COORDINATOR_URL", "http://127.0.0.1:port", "http://127.0.0.1:6066"),
+    ("LOCKSTEP_WAREHOUSE", "s3://lake/wh", "s3a://lake/wh"),
+    ("LOCKSTEP_WAREHOUSE", "s3a://", "s3a://bucket/prefix"),
+    ("LOCKSTEP_S3_ENDPOINT", "127.0.0.1:9000", "http://127.0.0.1:9000"),
 ])
 def test_a_bad_value_names_the_variable_and_the_fix(name: str, bad: str, hint: str) -> None:
     with pytest.raises(SettingsError) as info:
         Settings.from_env({name: bad})
     assert str(info.value).startswith(f"{name}={bad!r}") and hint in str(info.value)
+
+
+def test_a_warehouse_is_a_folder_or_a_uri_and_tables_live_under_it(tmp_path: Path) -> None:
+    local = Settings.from_env({"LOCKSTEP_WAREHOUSE": str(tmp_path / "wh")})
+    assert local.warehouse_is_local and local.table_location("t") == str(tmp_path / "wh" / "t")
+    assert Settings.from_env({"LOCKSTEP_WAREHOUSE": f"file:{tmp_path}/wh"}).table_location("t") == str(tmp_path / "wh" / "t")
+    remote = Settings.from_env({"LOCKSTEP_WAREHOUSE": "s3a://lake/wh/", "LOCKSTEP_S3_ENDPOINT": "http://127.0.0.1:9000",
+                                "LOCKSTEP_S3_ACCESS_KEY": "k", "LOCKSTEP_S3_SECRET_KEY": "s"})
+    assert not remote.warehouse_is_local and remote.table_location("t") == "s3a://lake/wh/t"
+    conf = remote.s3.hadoop_conf()
+    assert conf["fs.s3a.endpoint"] == "http://127.0.0.1:9000" and conf["fs.s3a.connection.ssl.enabled"] == "false"
+    assert (conf["fs.s3a.access.key"], conf["fs.s3a.secret.key"]) == ("k", "s")
+    assert Settings.from_env({}).s3.hadoop_conf() == {}  # AWS itself, Hadoop's own credential chain
+    with pytest.raises(SettingsError, match="both LOCKSTEP_S3_ACCESS_KEY and LOCKSTEP_S3_SECRET_KEY"):
+        Settings.from_env({"LOCKSTEP_S3_ACCESS_KEY": "k"})
 
 
 def test_nothing_else_reads_lockstep_variables() -> None:

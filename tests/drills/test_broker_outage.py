@@ -82,7 +82,7 @@ def test_a_running_pipeline_outlives_its_broker_and_loses_or_duplicates_nothing(
     admin = AdminClient({"bootstrap.servers": own_broker.bootstrap})
     admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)
     worker = make_worker()
-    settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home",
+    settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=str(tmp_path / "wh"), home=tmp_path / "home",
                                    coordinator_url=worker.url)
     pipeline = parse_pipeline(SEQUENCED_PIPELINE.format(topic=topic))
     register_pipeline(settings, pipeline)

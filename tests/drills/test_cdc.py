@@ -162,7 +162,7 @@ def test_cdc_pipeline_matches_python_at_random_barriers(
     for table, source_effects in (("orders", orders.effects), ("clicks", {(0, off): ("bad", why) if why else ("ok", None)
                                                                           for off, _, why in clicks})):
         dlq = {(r["partition"], r["offset"]): r["error"]
-               for r in spark.read.format("delta").load(str(settings.warehouse / f"{table}__dlq")).collect()}
+               for r in spark.read.format("delta").load(settings.table_location(f"{table}__dlq")).collect()}
         expected_bad = {k: why for k, (kind, why) in source_effects.items() if kind == "bad"}
         assert set(dlq) == set(expected_bad), table
         for k, why in expected_bad.items():

@@ -119,7 +119,7 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
 def check_published_versions(spark: SparkSession, settings: Settings, state: MetaState, table: str, upto: int) -> None:
     """Each barrier committed once; every commit up to ``upto`` announced; and each completion's
     version is the one the history says holds its barrier: the newest commit of a barrier <= it."""
-    history = DeltaTable.forPath(spark, str(settings.warehouse / table)).history().collect()
+    history = DeltaTable.forPath(spark, settings.table_location(table)).history().collect()
     commits = [(parse_metadata(h["userMetadata"]).get("barrier"), h["version"]) for h in history]
     barriers = sorted((b, v) for b, v in commits if b is not None)
     assert len(barriers) == len({b for b, _ in barriers}), f"{table}: a barrier was committed twice"

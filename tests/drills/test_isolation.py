@@ -33,14 +33,14 @@ def test_a_failing_job_does_not_stop_the_others_and_catches_up_after_restart(
 ) -> None:
     topic = make_topic(partitions=1)
     make_worker()
-    settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home")
+    settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=str(tmp_path / "wh"), home=tmp_path / "home")
     pipeline = parse_pipeline(PIPELINE.format(topic=topic))
     register_pipeline(settings, pipeline)
     reports: list[str] = []
     hooks = Recorder()
     records = KeyedRecords(kafka_bootstrap, topic)
     send, sent = records.send, records.sent
-    log = settings.warehouse / "counts" / "_delta_log"
+    log = Path(settings.table_location("counts")) / "_delta_log"
     with supervised(spark, pipeline, settings, report=reports.append, max_backoff=2, hooks=[hooks]) as supervisor:
         wait_for_barrier(settings, ["events", "sums", "counts"], send(30), topic)
         shutil.move(log, log.with_name("_delta_log.away"))  # the storage of `counts` breaks

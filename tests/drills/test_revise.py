@@ -116,7 +116,7 @@ def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
 
         # (b) the root table's data went wrong after barrier b: revise it, re-ingest from b
         bad_from = b
-        spark.sql(f"UPDATE delta.`{settings.warehouse.absolute() / 'events'}` SET v = v + 1000 WHERE k = 1")
+        spark.sql(f"UPDATE delta.`{settings.table_location('events')}` SET v = v + 1000 WHERE k = 1")
         state, now = wait_for_barrier(settings, TABLES, send(30), topic)
         bad = sum(r["total"] for r in at(spark, settings, "mid", state.exact_points("mid")[now]).collect())
         assert bad != sum(range(cut_offsets(state)[now]))  # the bad data reached mid

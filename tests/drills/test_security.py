@@ -88,7 +88,7 @@ def test_each_role_runs_with_its_acls_and_a_principal_without_them_writes_nothin
                     tmp_path / "worker.log").start()
     queries = []
     try:
-        place = {"warehouse": tmp_path / "wh", "coordinator_url": worker.url}
+        place = {"warehouse": str(tmp_path / "wh"), "coordinator_url": worker.url}
         jobs = dataclasses.replace(Settings.from_env(env("jobs")), **place)
         reader = dataclasses.replace(Settings.from_env(env("reader")), **place)
         pipeline = parse_pipeline(PIPELINE.format(topic=topic))

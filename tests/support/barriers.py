@@ -36,7 +36,7 @@ def wait_for_barrier(
 
 
 def at(spark: SparkSession, settings: Settings, table: str, version: int) -> DataFrame:
-    return spark.read.format("delta").option("versionAsOf", version).load(str(settings.warehouse / table))
+    return spark.read.format("delta").option("versionAsOf", version).load(settings.table_location(table))
 
 
 def check_each_record_once(spark: SparkSession, settings: Settings, state: MetaState, b: int,

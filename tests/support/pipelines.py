@@ -22,7 +22,7 @@ def make_stack(make_worker: Callable, coordinator_env: dict[str, str], tmp_path:
 
     def make() -> Stack:
         worker = make_worker()
-        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh",
+        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=str(tmp_path / "wh"),
                                        home=tmp_path / "home", coordinator_url=worker.url)
         return Stack(settings, tmp_path)
 
@@ -39,7 +39,7 @@ def run_pipeline(
 
     def run(sql: str) -> Settings:
         worker = make_worker()
-        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=tmp_path / "wh", home=tmp_path / "home",
+        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=str(tmp_path / "wh"), home=tmp_path / "home",
                                        coordinator_url=worker.url)
         pipeline = parse_pipeline(sql)
         register_pipeline(settings, pipeline)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
@@ -73,12 +74,12 @@ def test_ctas_appears_at_its_first_commit_and_a_failed_one_leaves_nothing(
         with pytest.raises(CtasError, match="failed before its first commit"):
             failing.save_as("negatives").create()
         assert "negatives" not in read_state(settings).tables
-        assert not (settings.warehouse / "negatives").exists()
+        assert not Path(settings.table_location("negatives")).exists()
 
     # the failed CTAS: no catalog entry, no files, the job recorded FAILED
     state = read_state(settings)
     assert "broken" not in state.tables
-    assert not (settings.warehouse / "broken").exists()
+    assert not Path(settings.table_location("broken")).exists()
     assert state.jobs["maintain_broken"].status == "FAILED"
     assert "failed 1 time(s)" in state.jobs["maintain_broken"].reason
     assert hooks.of("maintain_broken") == ["created", "failed"]
@@ -87,7 +88,7 @@ def test_ctas_appears_at_its_first_commit_and_a_failed_one_leaves_nothing(
     # the successful one: listed now, and its very first Delta version is its first exact point
     assert set(get_json(settings, "/topology")["tables"]) == {"events", "totals", "tops"}
     first = min(state.exact_points("totals"))
-    history = DeltaTable.forPath(spark, str(settings.warehouse / "totals")).history().orderBy("version").collect()
+    history = DeltaTable.forPath(spark, settings.table_location("totals")).history().orderBy("version").collect()
     assert history[0]["version"] == 0 and state.exact_points("totals")[first] == 0
     assert history[0]["operation"] != "CREATE TABLE"  # created by the write itself, never empty
     events = at(spark, settings, "events", state.exact_points("events")[first]).collect()
@@ -95,7 +96,7 @@ def test_ctas_appears_at_its_first_commit_and_a_failed_one_leaves_nothing(
     for r in events:
         expected[r["k"]] += r["v"]
     assert {r["k"]: r["total"] for r in at(spark, settings, "totals", 0).collect()} == dict(expected)
-    assert DeltaTable.forPath(spark, str(settings.warehouse / "totals")).detail().first()["properties"].get(
+    assert DeltaTable.forPath(spark, settings.table_location("totals")).detail().first()["properties"].get(
         "delta.enableChangeDataFeed") == "true"
 
     # IF NOT EXISTS on an existing table made by another statement does nothing

@@ -186,7 +186,7 @@ def test_a_lapsed_repeatable_read_lease_makes_the_next_read_fail_clearly(
 
     worker = make_worker()
     settings = Settings.from_env(worker.env)
-    spark.range(3).write.format("delta").save(str(settings.warehouse.absolute() / "t"))
+    spark.range(3).write.format("delta").save(settings.table_location("t"))
     assert lockstep_cli("emit", "declare-table", "t", "--kind", "root").returncode == 0
     assert lockstep_cli("emit", "register-job", "j", "--sink", "t", "--topics", "src").returncode == 0
     completion = BarrierCompleted("j", "t", 1, 0, 0, committed_at_ms=1)

@@ -63,7 +63,7 @@ def test_stop_finishes_or_cancels_a_job_and_run_again_continues_it(
         state, b = wait_for_barrier(settings, ["events", "sums"], send(30), topic)
         last_counts = max(state.exact_points("counts").values())
         assert state.latest_exact("counts") < b
-        history = DeltaTable.forPath(spark, str(settings.warehouse / "counts")).history(1).collect()
+        history = DeltaTable.forPath(spark, settings.table_location("counts")).history(1).collect()
         assert history[0]["version"] == last_counts  # nothing was committed after its last completion
         assert "maintain_counts" not in supervisor.failures
 

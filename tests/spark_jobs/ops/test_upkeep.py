@@ -48,5 +48,5 @@ def test_scheduled_vacuum_deletes_old_files_while_the_jobs_commit(
     for i, k in enumerate(records.sent):
         expected[k] = expected.get(k, 0) + i
     assert snap.barrier is not None and snap.barrier >= barrier and got == expected
-    dead = spark.read.format("delta").load(str(settings.warehouse / "events__dlq"))
+    dead = spark.read.format("delta").load(settings.table_location("events__dlq"))
     assert sorted(r["raw_value"].decode() for r in dead.collect()) == [f"not json {i}" for i in range(6)]

@@ -28,7 +28,7 @@ CREATE TABLE sums AS SELECT k, SUM(v) AS total FROM events GROUP BY k;
 
 
 def data_files(settings: Settings, table: str) -> set[Path]:
-    return {p for p in (settings.warehouse / table).rglob("*.parquet") if "_delta_log" not in p.parts}
+    return {p for p in Path(settings.table_location(table)).rglob("*.parquet") if "_delta_log" not in p.parts}
 
 
 def test_vacuum_keeps_what_a_repeatable_read_snapshot_and_the_jobs_need(

@@ -60,7 +60,7 @@ def test_root_json_ingestion_with_dead_letters_and_a_derived_table(
         amounts = at(spark, settings, "user_item_amount", versions["user_item_amount"])
         assert {(r["user_id"], r["item_id"]): r["total_amount"] for r in amounts.collect()} == dict(expected_sum)
 
-    dlq = spark.read.format("delta").load(str(settings.warehouse / "shopping__dlq")).collect()
+    dlq = spark.read.format("delta").load(settings.table_location("shopping__dlq")).collect()
     reasons = sorted(r["error"] for r in dlq)
     assert len(dlq) == 3
     assert any(r.startswith("malformed JSON") for r in reasons)
@@ -91,7 +91,7 @@ def test_primary_key_table_upserts_with_the_last_change_per_key_winning(
     rows = at(spark, settings, "accounts", state.exact_points("accounts")[b]).collect()
     assert {r["id"]: r["balance"] for r in rows} == expected
     assert len(rows) == 4
-    dlq = spark.read.format("delta").load(str(settings.warehouse / "accounts__dlq")).collect()
+    dlq = spark.read.format("delta").load(settings.table_location("accounts__dlq")).collect()
     assert [r["error"] for r in dlq] == ["primary key column id is missing or null"]
 
 

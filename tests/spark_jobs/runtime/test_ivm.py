@@ -57,8 +57,8 @@ def test_every_operator_matches_python_under_inserts_updates_and_deletes(spark: 
     completions = Completions()
 
     def maintainers() -> dict[str, TableMaintainer]:
-        return {t.name: TableMaintainer(spark, t, plans[t.name], f"maintain_{t.name}", warehouse, completions,
-                                         compact_every=2)  # type: ignore[arg-type]
+        return {t.name: TableMaintainer(spark, t, plans[t.name], f"maintain_{t.name}", lambda name: str(warehouse / name),
+                                        completions, compact_every=2)  # type: ignore[arg-type]
                 for t in pipeline.derived}
 
     running = maintainers()

@@ -1,0 +1,86 @@
+"""The warehouse's files through Hadoop's FileSystem API, the one Spark and Delta use: the
+same calls for a local folder, ``s3a://``, ``hdfs://`` or ``abfss://``, so nothing in Lockstep
+lists, reads or deletes table files with local file calls (which would miss an object store).
+
+Example::
+
+    store = Storage(spark)
+    if store.exists(settings.table_location("orders")):
+        store.delete(settings.table_location("orders"))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file: its full URI (``file:/...``, ``s3a://...``), size and modification time."""
+
+    uri: str
+    size: int
+    modified_ms: int
+
+
+class Storage:
+    """File operations on any Hadoop file system Spark is configured for."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._jvm: Any = spark._jvm
+        self._conf = spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+
+    def _fs(self, location: str) -> tuple[Any, Any]:
+        path = self._jvm.org.apache.hadoop.fs.Path(location)
+        return path.getFileSystem(self._conf), path
+
+    def qualified(self, location: str) -> str:
+        """``location`` as the file system names it (``/w/t`` becomes ``file:/w/t``)."""
+        fs, path = self._fs(location)
+        return str(fs.makeQualified(path).toString())
+
+    def exists(self, location: str) -> bool:
+        fs, path = self._fs(location)
+        return bool(fs.exists(path))
+
+    def delete(self, location: str) -> bool:
+        """Delete a file or a folder with everything in it; False if there was nothing."""
+        fs, path = self._fs(location)
+        return bool(fs.delete(path, True))
+
+    def files(self, location: str, suffix: str = "") -> list[FileInfo]:
+        """Every file under ``location`` (recursively) whose name ends with ``suffix``; [] if
+        there is no such folder."""
+        fs, path = self._fs(location)
+        if not fs.exists(path):
+            return []
+        out = []
+        found = fs.listFiles(path, True)
+        while found.hasNext():
+            status = found.next()
+            uri = str(status.getPath().toString())
+            if uri.endswith(suffix):
+                out.append(FileInfo(uri, int(status.getLen()), int(status.getModificationTime())))
+        return out
+
+    def names(self, location: str) -> list[str]:
+        """Names of the entries directly in the folder ``location`` ([] if it does not exist)."""
+        fs, path = self._fs(location)
+        if not fs.exists(path):
+            return []
+        return sorted(str(status.getPath().getName()) for status in fs.listStatus(path))
+
+    def read_text(self, location: str) -> str | None:
+        """A small file's content as UTF-8 text; None if it does not exist."""
+        fs, path = self._fs(location)
+        if not fs.exists(path):
+            return None
+        stream = fs.open(path)
+        try:
+            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+        finally:
+            stream.close()
+        return bytes(data).decode("utf-8")
