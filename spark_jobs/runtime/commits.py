@@ -98,7 +98,7 @@ class DeltaSink:
         """A process killed while creating the table can leave a ``_delta_log`` without any
         commit, which Delta then refuses to create a table in. Nothing was committed, so it goes."""
         storage, log = Storage(self.spark), f"{self.path.rstrip('/')}/_delta_log"
-        if storage.exists(log) and not any(n.endswith(".json") or ".checkpoint" in n for n in storage.names(log)):
+        if storage.is_dir(log) and not any(n.endswith(".json") or ".checkpoint" in n for n in storage.names(log)):
             storage.delete(log)
 
     def _load_history(self) -> None:

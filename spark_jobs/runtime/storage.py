@@ -46,6 +46,11 @@ class Storage:
         fs, path = self._fs(location)
         return bool(fs.exists(path))
 
+    def is_dir(self, location: str) -> bool:
+        """Whether ``location`` is a folder (an object store: a prefix with objects under it)."""
+        fs, path = self._fs(location)
+        return bool(fs.exists(path) and fs.getFileStatus(path).isDirectory())
+
     def delete(self, location: str) -> bool:
         """Delete a file or a folder with everything in it; False if there was nothing."""
         fs, path = self._fs(location)
