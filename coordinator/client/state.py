@@ -18,9 +18,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
+from coordinator.client.offsets import EndOffsets
 from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import BarrierCompleted, MetaState, Tombstone, fold
@@ -59,14 +59,14 @@ class StateReader:
         )
         self.partitions = [TopicPartition(t, 0) for t in topics.state]
         self.consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics.state])
-        # Watermark queries come from other threads; give them their own client.
-        self.probe = Consumer(settings.kafka_config({"group.id": f"{settings.topic_prefix}-probe", "log_level": 3}))
+        # Watermark queries come from other threads; they have their own client, which asks each
+        # partition's current leader (coordinator.client.offsets).
+        self.offsets = EndOffsets(settings)
         self.stats.positions = {t: 0 for t in topics.state}
         self.limits: dict[str, int] = {}
 
     def close(self) -> None:
         self.consumer.close()
-        self.probe.close()
 
     def step(self, timeout: float = 0.2, max_records: int = 5000) -> int:
         """Fold what is available now, waiting up to ``timeout`` for the first record; returns how
@@ -128,15 +128,9 @@ class StateReader:
         self.stats.events_folded += 1
 
     def end_offsets(self) -> dict[str, int]:
-        """High watermarks of every state topic right now (a topic created a moment ago may
-        have no partition leader yet: asked again for up to 30 s)."""
-        ends = {}
-        for topic in self.topics.state:
-            for attempt in Retrying(retry=retry_if_exception(_not_ready), stop=stop_after_delay(30), wait=wait_fixed(0.2),
-                                    reraise=True):
-                with attempt:
-                    _, ends[topic] = self.probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
-        return ends
+        """High watermarks of every state topic right now, in one request."""
+        ends = self.offsets.latest(TopicPartition(topic, 0) for topic in self.topics.state)
+        return {tp.topic: offset for tp, offset in ends.items()}
 
     def caught_up(self, marks: dict[str, int]) -> bool:
         return all(self.stats.positions.get(t, 0) >= off for t, off in marks.items())
@@ -159,12 +153,6 @@ class StateReader:
                 raise TimeoutError(f"state topics not read up to {marks} within {timeout:.0f}s")
             self.step()
         return self.state
-
-
-def _not_ready(exc: BaseException) -> bool:
-    """A broker error that passes by itself: the partition has no leader (yet)."""
-    return isinstance(exc, KafkaException) and exc.args[0].code() in (
-        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 
 def read_state(settings: Settings) -> MetaState:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from confluent_kafka import IsolationLevel, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import Producer, TopicPartition
 
 from coordinator.client.clock import now_ms
 from coordinator.client.delivery import Delivered
+from coordinator.client.offsets import EndOffsets
 from coordinator.client.state import StateFollower
 from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
@@ -69,7 +69,7 @@ class Coordinator:
         self.follower = StateFollower(settings, topics)
         self.producer = Producer(settings.kafka_config({"enable.idempotence": True, "linger.ms": 0}))
         self.leader_writer = FencedWriter(settings)  # the barrier clock's, pruning's and lease expiry's writes
-        self.admin = AdminClient(settings.kafka_config())
+        self.offsets = EndOffsets(settings)
         self.counters = Counters()
         self._due: int | None = None  # when the next barrier is due (None: held back)
         self._planned_at_events = -1  # events folded when that was planned
@@ -180,18 +180,16 @@ class Coordinator:
         """End offsets (read_committed) of every partition of the given external topics."""
         if not topics:
             return []
-        metadata = self.admin.list_topics(timeout=10)
-        request = {}
+        metadata = self.offsets.topics()
+        request = []
         for topic in topics:
-            if topic not in metadata.topics:
+            if topic not in metadata:
                 log.warning("external topic %s does not exist yet; its cut is empty", topic)
                 continue
-            for p in metadata.topics[topic].partitions:
-                request[TopicPartition(topic, p)] = OffsetSpec.latest()
+            request += [TopicPartition(topic, p) for p in metadata[topic].partitions]
         if not request:
             return []
-        futures = self.admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10)
-        return [CutEntry(tp.topic, tp.partition, f.result().offset) for tp, f in futures.items()]
+        return [CutEntry(tp.topic, tp.partition, offset) for tp, offset in self.offsets.latest(request, committed=True).items()]
 
     def tick_barrier(self) -> BarrierAnnounced | None:
         """Announce the next barrier if it is due; called every ``TICK_MS`` on the leader. The

@@ -1,0 +1,68 @@
+"""End offsets of partitions, asked of their current leaders: what the barrier clock cuts and
+what a state reader reads up to.
+
+librdkafka's admin client keeps the partition leaders and leader epochs it first learned: after
+a broker dies and leadership moves, its offset requests keep failing (FENCED_LEADER_EPOCH, or
+"unknown partition" from a client that never read the topic) instead of refreshing. So each
+failure that a leader change explains makes a new client, with fresh metadata, and asks again
+for up to ``RETRY_S`` seconds.
+
+Example::
+
+    offsets = EndOffsets(settings)
+    offsets.latest([TopicPartition("orders", 0)], committed=True)   # {TopicPartition(...): 1234}
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]  # exported, not in __all__
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_fixed
+
+from coordinator.settings import Settings
+
+RETRY_S = 30.0
+# Errors that pass once the cluster has (re)elected the partition's leader and the client knows it
+LEADER_CHANGES = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._UNKNOWN_PARTITION, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+})
+
+
+def leader_changing(exc: BaseException) -> bool:
+    """Whether ``exc`` is a broker error that a leader change (or a topic created a moment ago) explains."""
+    return isinstance(exc, KafkaException) and exc.args[0].code() in LEADER_CHANGES
+
+
+class EndOffsets:
+    """One admin client for offset and topic-metadata requests, renewed after a leader change."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._config = settings.kafka_config({"log_level": 3})
+        self._lock = threading.Lock()
+        self._admin = AdminClient(self._config)
+
+    def _renew(self, _retry: RetryCallState) -> None:
+        with self._lock:
+            self._admin = AdminClient(self._config)
+
+    def latest(self, partitions: Iterable[TopicPartition], committed: bool = False) -> dict[TopicPartition, int]:
+        """Each partition's end: with ``committed``, the last stable offset (what a read_committed
+        reader can reach); else the high watermark."""
+        request = {TopicPartition(tp.topic, tp.partition): OffsetSpec.latest() for tp in partitions}  # type: ignore[no-untyped-call]
+        isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        for attempt in Retrying(retry=retry_if_exception(leader_changing), stop=stop_after_delay(RETRY_S),
+                                wait=wait_fixed(0.2), before_sleep=self._renew, reraise=True):
+            with attempt:
+                futures = self._admin.list_offsets(request, isolation_level=isolation, request_timeout=10)
+                ends = {tp: int(future.result().offset) for tp, future in futures.items()}
+        return ends
+
+    def topics(self) -> dict[str, Any]:
+        """The cluster's topics (name -> TopicMetadata) as its metadata says now."""
+        return dict(self._admin.list_topics(timeout=10).topics)
