@@ -76,11 +76,14 @@ class Topics:
         """The compacted topics whose fold is the coordinator's state."""
         return (self.registry, self.leases, self.barriers, self.completions)
 
-    def configs(self) -> dict[str, dict[str, str]]:
+    def configs(self, replication_factor: int = 1) -> dict[str, dict[str, str]]:
+        """Each topic's config; replicated topics take a write only once two replicas have it
+        (``min.insync.replicas`` 2 from 3 replicas on), so a broker that dies loses nothing."""
+        durable = {"min.insync.replicas": str(min(2, max(1, replication_factor - 1)))}
         return {
-            **{name: COMPACTED for name in self.state},
-            self.commands: TIMED,
-            self.outcomes: TIMED,
+            **{name: COMPACTED | durable for name in self.state},
+            self.commands: TIMED | durable,
+            self.outcomes: TIMED | durable,
         }
 
 
@@ -89,10 +92,11 @@ def ensure_topics(settings: Settings, topics: Topics) -> list[str]:
     existing ones the configs above (topics made by an older Lockstep keep their records)."""
     admin = AdminClient(settings.kafka_config())
     existing = set(admin.list_topics(timeout=10).topics)
-    align_configs(admin, {name: config for name, config in topics.configs().items() if name in existing})
+    configs = topics.configs(settings.replication_factor)
+    align_configs(admin, {name: config for name, config in configs.items() if name in existing})
     wanted = [
         NewTopic(name, 1, settings.replication_factor, config=config)
-        for name, config in topics.configs().items()
+        for name, config in configs.items()
         if name not in existing
     ]
     if not wanted:

@@ -18,19 +18,24 @@ them): the secured cluster the security tests run against.
 from __future__ import annotations
 
 import base64
+import json
+import os
+import signal
 import subprocess
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from coordinator.dev.service import HOST, LocalService, ServiceError, free_port, port_in_use, process_alive
+from coordinator.dev.service import HOST, LocalService, ServiceError, free_port, port_in_use, process_alive, wait_exit
 from coordinator.settings import KafkaSecurity, Settings
 
-__all__ = ["HOST", "BrokerError", "BrokerStatus", "LocalBroker", "free_port", "port_in_use", "process_alive", "topic_count"]
+__all__ = ["HOST", "BrokerError", "BrokerStatus", "LocalBroker", "LocalKafkaCluster", "free_port", "port_in_use",
+           "process_alive", "topic_count"]
 
 MAIN_CLASS = "kafka.Kafka"
 SUPER_USER = "admin"
@@ -65,10 +70,14 @@ class LocalBroker(LocalService):
     port_setting = f"LOCKSTEP_BOOTSTRAP={HOST}:<port>"
 
     def __init__(self, home: Path, jars: Path, port: int = 9092, heap: str = "512m",
-                 users: Mapping[str, str] | None = None) -> None:
+                 users: Mapping[str, str] | None = None, node_id: int = 1, quorum: Mapping[int, int] | None = None,
+                 cluster_id: str | None = None) -> None:
         super().__init__(home, port)
         self.jars = Path(jars).absolute()
         self.heap = heap
+        self.node_id = node_id
+        self.quorum = dict(quorum or {})  # node id -> controller port of every node (empty: a single node)
+        self.cluster_id = cluster_id
         self.users = dict(users or {})  # SASL/PLAIN user -> password; empty: no authentication
         if self.users and SUPER_USER not in self.users:
             raise BrokerError(f"a secured broker needs the user {SUPER_USER!r}: it is the super user that grants ACLs")
@@ -123,7 +132,7 @@ class LocalBroker(LocalService):
 
     def prepare(self) -> None:
         self._check_jars()
-        self._write_config(controller_port=free_port(exclude=frozenset({self.port})))
+        self._write_config(self.quorum or {self.node_id: free_port(exclude=frozenset({self.port}))})
         if not (self.data_dir / "meta.properties").exists():
             self._format()
 
@@ -172,20 +181,22 @@ class LocalBroker(LocalService):
             *args,
         ]
 
-    def _write_config(self, controller_port: int) -> None:
+    def _write_config(self, voters: Mapping[int, int]) -> None:
+        controller_port = voters[self.node_id]
+        replicas = min(3, len(voters))  # Kafka's internal topics: replicated across the cluster
         self.config_file.write_text(
             "\n".join(
                 [
                     "process.roles=broker,controller",
-                    "node.id=1",
-                    f"controller.quorum.voters=1@{HOST}:{controller_port}",
+                    f"node.id={self.node_id}",
+                    "controller.quorum.voters=" + ",".join(f"{n}@{HOST}:{p}" for n, p in sorted(voters.items())),
                     *self._listeners(controller_port),
                     f"log.dirs={self.data_dir}",
                     "num.partitions=1",
-                    "offsets.topic.replication.factor=1",
+                    f"offsets.topic.replication.factor={replicas}",
                     "offsets.topic.num.partitions=4",
-                    "transaction.state.log.replication.factor=1",
-                    "transaction.state.log.min.isr=1",
+                    f"transaction.state.log.replication.factor={replicas}",
+                    f"transaction.state.log.min.isr={max(1, replicas - 1)}",
                     "transaction.state.log.num.partitions=4",
                     "group.initial.rebalance.delay.ms=0",
                     # A dev broker should compact promptly so compaction is observable.
@@ -234,7 +245,7 @@ class LocalBroker(LocalService):
         ]
 
     def _format(self) -> None:
-        cluster_id = new_cluster_id()
+        cluster_id = self.cluster_id or new_cluster_id()
         result = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self.config_file)),
             capture_output=True,
@@ -252,3 +263,109 @@ def new_cluster_id() -> str:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not cluster_id.startswith("-"):
             return cluster_id
+
+
+class LocalKafkaCluster:
+    """``len(ports)`` KRaft nodes on 127.0.0.1, each broker and controller, under ``home/node-N``:
+    the cluster ``lockstep dev up --brokers 3`` runs. The cluster id and the controllers' ports
+    are chosen once and kept in ``home/cluster.json``, so a node stopped or killed starts again
+    into the same quorum.
+
+    Example::
+
+        kafka = LocalKafkaCluster(Path(".lockstep/kafka-cluster"), Path(".lockstep/jars/kafka"), [9092, 9093, 9094])
+        kafka.up()                     # every node, then waits until each answers
+        kafka.kill(kafka.controller_id(), signal.SIGKILL); kafka.node(1).up()
+        kafka.down()
+    """
+
+    def __init__(self, home: Path, jars: Path, ports: Sequence[int], heap: str = "384m") -> None:
+        if len(set(ports)) != len(ports) or not ports:
+            raise BrokerError(f"a cluster needs distinct ports, one per node; got {list(ports)}")
+        self.home = Path(home).absolute()
+        self.jars = Path(jars).absolute()
+        self.ports = list(ports)
+        self.heap = heap
+
+    @classmethod
+    def for_settings(cls, settings: Settings, brokers: int | None = None) -> LocalKafkaCluster | None:
+        """The cluster ``lockstep dev`` manages: ``$LOCKSTEP_HOME/kafka-cluster`` on the ports
+        LOCKSTEP_BOOTSTRAP lists (or its first port and the next ones). With ``brokers`` None,
+        the cluster made there before, if any. None off loopback."""
+        home, jars = settings.home / "kafka-cluster", settings.jars / "kafka"
+        if settings.bootstrap_host not in (HOST, "localhost"):
+            return None
+        if brokers is None:
+            layout = home / "cluster.json"
+            return cls(home, jars, json.loads(layout.read_text())["ports"]) if layout.exists() else None
+        listed = [int(hp.rsplit(":", 1)[1]) for hp in settings.bootstrap.split(",")]
+        ports = listed if len(listed) == brokers else [settings.bootstrap_port + i for i in range(brokers)]
+        return cls(home, jars, ports)
+
+    @property
+    def node_ids(self) -> list[int]:
+        return list(range(1, len(self.ports) + 1))
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{HOST}:{port}" for port in self.ports)
+
+    def _layout(self) -> tuple[str, dict[int, int]]:
+        """(cluster id, node id -> controller port), chosen once and then read back."""
+        file = self.home / "cluster.json"
+        if file.exists():
+            layout = json.loads(file.read_text())
+            if layout.get("ports") == self.ports:
+                return layout["cluster_id"], {int(k): int(v) for k, v in layout["controllers"].items()}
+            raise BrokerError(f"{self.home} holds a cluster on ports {layout.get('ports')}, not {self.ports}; "
+                              f"use those ports or remove {self.home}")
+        taken = set(self.ports)
+        controllers = {}
+        for node in self.node_ids:
+            controllers[node] = free_port(exclude=frozenset(taken))
+            taken.add(controllers[node])
+        cluster_id = new_cluster_id()
+        self.home.mkdir(parents=True, exist_ok=True)
+        file.write_text(json.dumps({"cluster_id": cluster_id, "ports": self.ports, "controllers": controllers}))
+        return cluster_id, controllers
+
+    def node(self, node_id: int) -> LocalBroker:
+        cluster_id, controllers = self._layout()
+        return LocalBroker(self.home / f"node-{node_id}", self.jars, self.ports[node_id - 1], self.heap,
+                           node_id=node_id, quorum=controllers, cluster_id=cluster_id)
+
+    def up(self, timeout: float = 120.0) -> list[BrokerStatus]:
+        """Start every node that is not running, then wait until each answers."""
+        nodes = [self.node(n) for n in self.node_ids]
+        pids = [node.running_pid() or node.launch() for node in nodes]
+        try:
+            for node, pid in zip(nodes, pids, strict=True):
+                node.wait_ready(pid, timeout)
+        except BrokerError:
+            self.down()
+            raise
+        return [node.status() for node in nodes]
+
+    def down(self) -> bool:
+        """Stop every node this checkout started; True if any was running."""
+        if not (self.home / "cluster.json").exists():
+            return False
+        with ThreadPoolExecutor(len(self.ports)) as pool:  # together: a node alone waits for the quorum to shut down
+            return any(list(pool.map(lambda n: self.node(n).down(), self.node_ids)))
+
+    def status(self) -> list[BrokerStatus]:
+        return [self.node(n).status() for n in self.node_ids]
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to a running node (drills: SIGKILL a broker, SIGSTOP a controller)."""
+        pid = self.node(node_id).running_pid()
+        if pid is None:
+            raise BrokerError(f"node {node_id} of {self.home} is not running")
+        os.kill(pid, sig)
+        if sig == signal.SIGKILL:
+            wait_exit(pid, 30.0)
+
+    def controller_id(self) -> int:
+        """The node id of the active controller, as the cluster reports it."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})  # held until the answer came
+        return int(admin.describe_cluster().result(timeout=30).controller.id)

@@ -121,6 +121,17 @@ class LocalService:
         if pid is not None:
             self.wait_ready(pid, timeout)
             return pid
+        pid = self.launch()
+        try:
+            self.wait_ready(pid, timeout)
+        except ServiceError:
+            self.down()
+            raise
+        return pid
+
+    def launch(self) -> int:
+        """Start the server's process without waiting for it to answer (a cluster's nodes answer
+        only once enough of them run); returns its pid."""
         if port_in_use(self.port):
             raise self.error(
                 f"port {self.port} on {HOST} is already in use by another process, not by a "
@@ -132,11 +143,6 @@ class LocalService:
             proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self.home)
         self.pid_file.write_text(str(proc.pid))
-        try:
-            self.wait_ready(proc.pid, timeout)
-        except ServiceError:
-            self.down()
-            raise
         return proc.pid
 
     def down(self, timeout: float = 30.0) -> bool:

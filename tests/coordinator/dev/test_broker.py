@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.dev.broker import HOST, LocalBroker, free_port, new_cluster_id, process_alive
+from coordinator.dev.broker import HOST, BrokerError, LocalBroker, LocalKafkaCluster, free_port, new_cluster_id, process_alive
 from coordinator.settings import Settings
 from tests.support import ROOT, run_lockstep
 
@@ -82,3 +82,24 @@ def test_cluster_ids_are_16_bytes_and_never_look_like_a_flag() -> None:
     assert all(not i.startswith("-") and len(i) == 22 for i in ids)
     assert all(len(base64.urlsafe_b64decode(i + "==")) == 16 for i in ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_the_managed_cluster_follows_the_settings_and_keeps_its_layout(tmp_path: Path) -> None:
+    listed = Settings(bootstrap="127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103", home=tmp_path, jars=tmp_path / "jars")
+    cluster = LocalKafkaCluster.for_settings(listed, 3)
+    assert cluster is not None and cluster.ports == [9101, 9102, 9103] and cluster.node_ids == [1, 2, 3]
+    assert LocalKafkaCluster.for_settings(Settings(bootstrap="127.0.0.1:9200", home=tmp_path), 3).ports == [9200, 9201, 9202]
+    assert LocalKafkaCluster.for_settings(Settings(bootstrap="kafka.example:9092"), 3) is None
+    node = cluster.node(2)  # the layout is chosen once: every node knows the same quorum and cluster id
+    assert node.port == 9102 and node.node_id == 2 and set(node.quorum) == {1, 2, 3}
+    assert cluster.node(3).cluster_id == node.cluster_id and cluster.node(1).quorum == node.quorum
+    assert not set(node.quorum.values()) & set(cluster.ports)
+    assert LocalKafkaCluster.for_settings(listed) is not None  # found again without saying its size
+    with pytest.raises(BrokerError, match="holds a cluster on ports"):
+        LocalKafkaCluster(tmp_path / "kafka-cluster", tmp_path / "jars", [1, 2, 3]).node(1)
+
+
+def test_dev_up_with_brokers_off_loopback_is_a_usage_error(tmp_path: Path) -> None:
+    env = {**os.environ, "LOCKSTEP_HOME": str(tmp_path), "LOCKSTEP_BOOTSTRAP": "kafka.example:9092"}
+    result = run_lockstep("dev", "up", "--brokers", "3", env=env, timeout=60)
+    assert result.returncode == 2 and "only run on loopback" in result.stderr
