@@ -11,8 +11,9 @@ from rich.table import Table
 
 from coordinator.client.acls import ROLES, grant, grants
 from coordinator.client.topics import Topics
-from coordinator.dev.broker import BrokerStatus, LocalBroker
+from coordinator.dev.broker import BrokerStatus, LocalBroker, LocalKafkaCluster
 from coordinator.dev.s3 import LocalS3
+from coordinator.dev.spark import LocalSparkCluster
 from coordinator.domain.errors import ExitCode, UsageError
 from coordinator.settings import Settings
 
@@ -43,16 +44,31 @@ def dev() -> None:
 @click.option("--s3", "with_s3", is_flag=True,
               help="Also start the S3-API server (LOCKSTEP_S3_ENDPOINT, default http://127.0.0.1:9000) with the "
                    "bucket of an s3a:// LOCKSTEP_WAREHOUSE; prints the variables that point Lockstep at it.")
+@click.option("--brokers", type=click.IntRange(1, 9), default=1, show_default=True,
+              help="Run a KRaft cluster of this many nodes (each broker and controller) on the ports "
+                   "LOCKSTEP_BOOTSTRAP lists, or on its port and the next ones.")
+@click.option("--spark-workers", type=click.IntRange(0, 8), default=0, show_default=True,
+              help="Also run a Spark standalone master (LOCKSTEP_SPARK_MASTER's port, default 7077) and this many "
+                   "workers of one core each, from the pyspark wheel; `lockstep run --master` uses it.")
 @click.option("--timeout", default=90.0, show_default=True, help="Seconds to wait for each server to answer.")
 @click.pass_obj
-def up(settings: Settings, with_s3: bool, timeout: float) -> None:
+def up(settings: Settings, with_s3: bool, brokers: int, spark_workers: int, timeout: float) -> None:
     """Start the local broker (formats storage the first time); harmless if it already runs.
 
     Exit 4 if a server could not start (the message quotes its log)."""
-    broker = local_broker(settings)
-    already = broker.running_pid() is not None
-    status = broker.up(timeout=timeout)
-    click.echo(("already running; " if already else "started; ") + describe(status))
+    if brokers == 1:
+        broker = local_broker(settings)
+        already = broker.running_pid() is not None
+        status = broker.up(timeout=timeout)
+        click.echo(("already running; " if already else "started; ") + describe(status))
+    else:
+        cluster = LocalKafkaCluster.for_settings(settings, brokers)
+        if cluster is None:
+            raise UsageError(f"LOCKSTEP_BOOTSTRAP={settings.bootstrap} is not on 127.0.0.1; local brokers only run "
+                             "on loopback. Unset it or use 127.0.0.1:<port>.")
+        for node, state in zip(cluster.node_ids, cluster.up(timeout=timeout), strict=True):
+            click.echo(f"node {node}: " + describe(state))
+        click.echo(f"  LOCKSTEP_BOOTSTRAP={cluster.bootstrap} LOCKSTEP_REPLICATION_FACTOR={min(3, brokers)}")
     if with_s3:
         s3 = LocalS3.for_settings(settings)
         if s3 is None:
@@ -63,6 +79,12 @@ def up(settings: Settings, with_s3: bool, timeout: float) -> None:
         click.echo(f"{'already running' if already else 'started'}; s3: pid {pid}, endpoint {s3.endpoint}, "
                    f"buckets {', '.join(s3.buckets)} (objects under {s3.home / 'data'})")
         click.echo("  " + " ".join(f"{k}={v}" for k, v in s3.env().items()))
+    if spark_workers:
+        spark = LocalSparkCluster.for_settings(settings, spark_workers)
+        spark.up(timeout=max(timeout, 120.0))
+        click.echo(f"started; spark: master {spark.master_url} (web UI http://127.0.0.1:{spark.master.web_port}), "
+                   f"{spark_workers} worker(s) of {spark.cores} core(s) and {spark.memory}")
+        click.echo(f"  lockstep run PIPELINE --master {spark.master_url}")
 
 
 @dev.command()
@@ -71,6 +93,12 @@ def down(settings: Settings) -> None:
     """Stop the local broker and S3 server this checkout started (by their pids) and wait for them to exit."""
     broker = local_broker(settings)
     click.echo("broker stopped" if broker.down() else "broker was not running")
+    cluster = LocalKafkaCluster.for_settings(settings)
+    if cluster is not None and cluster.down():
+        click.echo(f"cluster of {len(cluster.ports)} brokers stopped")
+    spark = LocalSparkCluster.for_settings(settings)
+    if spark is not None and spark.down():
+        click.echo("spark master and workers stopped")
     s3 = LocalS3.for_settings(settings)
     if s3 is not None and s3.down():
         click.echo("s3 stopped")

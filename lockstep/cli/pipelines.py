@@ -24,13 +24,20 @@ from lockstep.cli.common import load, send
 @click.option("--job", "jobs", multiple=True, help="Run only this job (job id or sink table); repeatable.")
 @click.option("--max-restarts", type=click.IntRange(0), default=None,
               help="Give a failing job up after this many restarts and record it FAILED (default: never).")
+@click.option("--master", default=None, metavar="URL",
+              help="Spark master to run the jobs on, e.g. spark://127.0.0.1:7077 (default: LOCKSTEP_SPARK_MASTER, local[2]).")
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", callback=lambda _c, _p, v: spark_confs(v),
+              help="A Spark setting for the jobs' session, as spark-submit's --conf; repeatable.")
 @click.pass_obj
-def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_restarts: int | None) -> None:
+def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_restarts: int | None, master: str | None,
+        confs: dict[str, str]) -> None:
     """Register a pipeline's tables and jobs with the coordinator, then run its jobs.
 
     Any rejection is printed and nothing starts. Each job is its own streaming query with
     its own checkpoint under $LOCKSTEP_HOME/checkpoints; a job that fails is reported and
     restarted with a growing backoff while the others carry on. Ctrl-C stops them all.
+    With --master spark://HOST:PORT the jobs' Spark work runs on that cluster's executors (the
+    driver, with the barrier source, the commits and the completions, stays in this process).
 
     A table made by CREATE TABLE AS SELECT appears (to readers and `lockstep topology`) once its
     first barrier is committed; if its job ends before that, the table and its files are removed.
@@ -51,7 +58,7 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
         raise Rejected(f"{exc}; nothing was started") from exc
     for table in sorted({t.name for t in pipeline.derived} - {t.name for t in registered.derived}):
         click.echo(f"table {table} exists already: its CREATE TABLE IF NOT EXISTS does nothing", err=True)
-    spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings)
+    spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings, master=master, conf=confs)
     supervisor = Supervisor(spark, registered, settings, jobs, report=lambda message: click.echo(message, err=True),
                             follow_status=True, max_restarts=max_restarts)
     supervisor.start()
@@ -63,6 +70,21 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
         click.echo("stopping ...")
     finally:
         supervisor.stop()
+
+
+def spark_confs(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``("spark.executor.memory=1g", ...)`` as a dict; a pair without ``=`` is a usage error.
+
+    >>> spark_confs(("spark.executor.memory=1g", "spark.x=a=b"))
+    {'spark.executor.memory': '1g', 'spark.x': 'a=b'}
+    """
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE (e.g. --conf spark.executor.memory=1g)", param_hint="--conf")
+        out[key.strip()] = value
+    return out
 
 
 @click.command("stop")

@@ -112,9 +112,11 @@ def build_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    if master or not launched_by_spark_submit():  # spark-submit's --master decides for the processes it starts
+        builder = builder.master(master or settings.spark_master)
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master or settings.spark_master)
+        builder
         .config("spark.jars", ",".join(str(j.absolute()) for j in spark_jars(settings, object_store)))
         .config("spark.sql.warehouse.dir", settings.table_location("").rstrip("/"))
     )
@@ -137,6 +139,12 @@ def configure_storage(spark: SparkSession, settings: Settings) -> None:
     hadoop = spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     for key, value in settings.s3.hadoop_conf().items():
         hadoop.set(key, value)
+
+
+def launched_by_spark_submit() -> bool:
+    """Whether this Python process is a driver spark-submit started (it hands the driver the
+    address of the JVM it started already)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def _quiet(spark: SparkSession, loggers: tuple[str, ...]) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from coordinator.client.state import read_state
 from coordinator.domain import MetaState
 from coordinator.settings import Settings
+from spark_jobs.runtime.delta_log import parse_metadata
 
 # Records {"k", "seq"} (tests.support.supervising.SequencedFeed) and an aggregate over them: the
 # drills check that every record is in ``events`` exactly once and that ``per_key`` agrees
@@ -53,3 +55,17 @@ def check_each_record_once(spark: SparkSession, settings: Settings, state: MetaS
     aggregates = {r["k"]: (r["n"], r["last_seq"], r["total"])
                   for r in at(spark, settings, "per_key", state.exact_points("per_key")[b]).collect()}
     assert aggregates == {k: (n, n, n * (n + 1) // 2) for k, n in expected.items()}
+
+
+def check_published_versions(spark: SparkSession, settings: Settings, state: MetaState, table: str, upto: int) -> None:
+    """Each barrier committed once; every commit up to ``upto`` announced; and each completion's
+    version is the one the history says holds its barrier: the newest commit of a barrier <= it."""
+    history = DeltaTable.forPath(spark, settings.table_location(table)).history().collect()
+    commits = [(parse_metadata(h["userMetadata"]).get("barrier"), h["version"]) for h in history]
+    barriers = sorted((b, v) for b, v in commits if b is not None)
+    assert len(barriers) == len({b for b, _ in barriers}), f"{table}: a barrier was committed twice"
+    published = {c.barrier: c.delta_version for c in state.completions[table].values()}
+    assert {b for b, _ in barriers if b <= upto} <= set(published), f"{table}: commits without a completion"
+    for barrier, version in published.items():
+        holder = max((v for b, v in barriers if b <= barrier), default=0)
+        assert version == holder, f"{table}: barrier {barrier} published version {version}; its history says {holder}"

@@ -5,6 +5,7 @@ worker."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import threading
 import time
@@ -18,9 +19,13 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from coordinator.settings import Settings
+from spark_jobs.demo.datagen import unit_price
 from spark_jobs.ops.hooks import JobEvent, JobHooks
 from spark_jobs.ops.runner import Supervisor
-from tests.support import run_lockstep
+from tests.support import ROOT, run_lockstep
+
+# FLIP-276's topology (pipelines/shopping.sql) reading the topic given as {topic}
+SHOPPING = (ROOT / "pipelines" / "shopping.sql").read_text().replace("shopping_source", "{topic}")
 
 
 @dataclass(frozen=True)
@@ -137,3 +142,26 @@ class SequencedFeed(threading.Thread):
     def expected(self) -> Counter[int]:
         """key -> how many records of it were delivered (their seqs must be 1..n)."""
         return Counter(k for *_, k, _ in self.sent)
+
+
+class Shoppers(threading.Thread):
+    """Keeps buying: each purchase pays amount x the item's unit price."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic, self.halt, self.sent = topic, threading.Event(), []
+        self.rng = random.Random(3)
+
+    def buy(self, n: int) -> None:
+        for _ in range(n):
+            item, amount = self.rng.randrange(5), self.rng.randrange(1, 4)
+            record = {"user_id": self.rng.randrange(4), "item_id": item, "amount": amount, "price": amount * unit_price(item)}
+            self.producer.produce(self.topic, json.dumps(record).encode(),
+                                  on_delivery=lambda err, msg, r=record: self.sent.append((msg.offset(), r)))
+        self.producer.flush(10)
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.buy(20)
+            time.sleep(0.05)
