@@ -1,8 +1,8 @@
 """Coordinator benchmarks: fold throughput, replay of 1M events, /snapshot latency, command round
-trip, the leader's fenced barrier write (announce), and how the state's costs grow over
-simulated time with pruning (retention).
+trip, the leader's fenced barrier write (announce), how the state's costs grow over simulated
+time with pruning (retention), and with the topology's size (topology: 3 tables against 100).
 
-Usage: python -m bench.coordinator {fold,replay,snapshot,commands,announce,retention} [--events N] [--requests N]
+Usage: python -m bench.coordinator {fold,replay,snapshot,commands,announce,retention,topology} [--events N] [--requests N]
        [--barriers N] [--tables N] [--retain N]
 """
 
@@ -357,9 +357,73 @@ def bench_retention(barriers: int, tables: int, retain: int) -> None:
         print(f"{label:24}{unpruned[key]:16,.3f}{base[key]:14,.3f}{end[key]:14,.3f}{end[key] / base[key]:11.2f}")
 
 
+def bench_topology(barriers: int, retain: int) -> None:
+    """Coordination cost against topology size: the shopping shape (1 root, 2 aggregates: the
+    baseline) and 100 tables with 100 jobs (10 roots, each feeding 9 derived tables), folded
+    through ``barriers`` barriers with every table committing each one (source versions on the
+    derived ones) and pruning every 5 barriers; then a barrier tick (``plan_barrier``) and a
+    read-committed ``/snapshot`` resolution of two tables (the same query in both) and of every
+    table, medians of 300 each."""
+    from coordinator.domain import MetaState, fold
+    from coordinator.domain.barriers import BarrierConfig, plan_barrier
+    from coordinator.domain.events import CutEntry, SourceVersion
+    from coordinator.domain.pruning import prunable
+    from coordinator.domain.snapshot import resolve_snapshot
+
+    config = BarrierConfig(interval_ms=1000, max_inflight=10**9)
+
+    def shape(roots: int, per_root: int) -> dict[str, str | None]:
+        """table -> its source (None for a root)."""
+        out: dict[str, str | None] = {}
+        for r in range(roots):
+            out[f"root{r}"] = None
+            out |= {f"root{r}_d{d}": f"root{r}" for d in range(per_root)}
+        return out
+
+    def measure(tables: dict[str, str | None]) -> dict[str, float]:
+        names = list(tables)
+        topics = sorted({f"src{t}" for t, source in tables.items() if source is None})
+        state: MetaState = fold_all(
+            [TableState(t, "root" if src is None else "intermediate") for t, src in tables.items()] +
+            [JobState(f"j_{t}", t, external_topics=(f"src{t}",)) if src is None else
+             JobState(f"j_{t}", t, sources=(src,)) for t, src in tables.items()])
+        for b in range(1, barriers + 1):
+            state = fold(state, BarrierAnnounced(b, b * 1000, tuple(CutEntry(topic, 0, b) for topic in topics)))
+            for t, src in tables.items():
+                sources = (SourceVersion(src, b),) if src is not None else ()
+                state = fold(state, BarrierCompleted(f"j_{t}", t, b, 0, b, committed_at_ms=b * 1000 + 300,
+                                                     source_versions=sources))
+            if b % 5 == 0:
+                for tombstone in prunable(state, retain):
+                    state = fold(state, tombstone)
+        now = barriers * 1000 + 1000
+        cut = [CutEntry(topic, 0, barriers + 1) for topic in topics]
+        pair = [names[0], names[1]]
+        timings: dict[str, list[float]] = {"tick": [], "pair": [], "all": []}
+        for _ in range(300):
+            t0 = time.perf_counter()
+            plan_barrier(state, now, cut, config)
+            t1 = time.perf_counter()
+            resolve_snapshot(state, pair)
+            t2 = time.perf_counter()
+            resolve_snapshot(state, names)
+            t3 = time.perf_counter()
+            timings["tick"].append(t1 - t0)
+            timings["pair"].append(t2 - t1)
+            timings["all"].append(t3 - t2)
+        return {"records": state.records(), **{k: statistics.median(v) * 1000 for k, v in timings.items()}}
+
+    print(f"{barriers:,} barriers, every table committing each, retention {retain}; medians of 300")
+    small, large = measure(shape(1, 2)), measure(shape(10, 9))
+    print(f"{'':34}{'3 tables, 3 jobs':>18}{'100 tables, 100 jobs':>22}{'ratio':>8}")
+    for key, label in (("records", "state records"), ("tick", "barrier tick (ms)"),
+                       ("pair", "/snapshot of 2 tables (ms)"), ("all", "/snapshot of every table (ms)")):
+        print(f"{label:34}{small[key]:18,.3f}{large[key]:22,.3f}{large[key] / small[key]:8.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["fold", "replay", "snapshot", "commands", "announce", "retention"])
+    parser.add_argument("which", choices=["fold", "replay", "snapshot", "commands", "announce", "retention", "topology"])
     parser.add_argument("--events", type=int, default=1_000_000, help="events for fold/replay (default 1,000,000)")
     parser.add_argument("--requests", type=int, default=2000, help="requests for snapshot (default 2000) and commands")
     parser.add_argument("--barriers", type=int, default=604_800, help="retention: simulated barriers (a week at 1/s)")
@@ -369,7 +433,8 @@ def main() -> None:
     {"fold": lambda: bench_fold(args.events), "replay": lambda: bench_replay(args.events),
      "snapshot": lambda: bench_snapshot(args.requests), "commands": lambda: bench_commands(args.requests),
      "announce": lambda: bench_announce(args.requests),
-     "retention": lambda: bench_retention(args.barriers, args.tables, args.retain)}[args.which]()
+     "retention": lambda: bench_retention(args.barriers, args.tables, args.retain),
+     "topology": lambda: bench_topology(min(args.barriers, 2000), args.retain)}[args.which]()
 
 
 if __name__ == "__main__":
