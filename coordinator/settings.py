@@ -118,6 +118,19 @@ class S3Access:
         return conf
 
 
+
+def _listen_address(text: str) -> tuple[str, int]:
+    """(host, port) of one coordinator URL, or a ``SettingsError`` that shows the form."""
+    url = urlparse(text)
+    try:
+        port = url.port
+    except ValueError:
+        port = None
+    if url.scheme not in ("http", "https") or not url.hostname or (port is None and url.netloc.count(":")):
+        raise SettingsError(f"LOCKSTEP_COORDINATOR_URL={text!r} is not http://host[:port]; set it like "
+                            "LOCKSTEP_COORDINATOR_URL=http://127.0.0.1:6066 (several workers: comma-separated)")
+    return url.hostname, port or 6066
+
 @dataclass(frozen=True)
 class Settings:
     """Where things are, how to reach them, and the knobs of barriers, Spark and drills."""
@@ -216,20 +229,27 @@ class Settings:
         return int(port)
 
     @property
+    def coordinator_urls(self) -> tuple[str, ...]:
+        """Every coordinator worker a client may ask, in order: ``LOCKSTEP_COORDINATOR_URL`` lists
+        them comma-separated, as a bootstrap list does brokers, so reads outlive one worker.
+
+        >>> Settings(coordinator_url="http://127.0.0.1:6066, http://127.0.0.1:6067").coordinator_urls
+        ('http://127.0.0.1:6066', 'http://127.0.0.1:6067')
+        """
+        urls = tuple(url.strip() for url in self.coordinator_url.split(",") if url.strip())
+        for url in urls or ("",):
+            _listen_address(url)
+        return urls
+
+    @property
     def coordinator_host(self) -> str:
-        return urlparse(self.coordinator_url).hostname or "127.0.0.1"
+        """The host a worker serves its REST API on: the first URL's."""
+        return _listen_address(self.coordinator_urls[0])[0]
 
     @property
     def coordinator_port(self) -> int:
-        url = urlparse(self.coordinator_url)
-        try:
-            port = url.port
-        except ValueError:
-            port = None
-        if url.scheme not in ("http", "https") or not url.hostname or (port is None and url.netloc.count(":")):
-            raise SettingsError(f"LOCKSTEP_COORDINATOR_URL={self.coordinator_url!r} is not http://host[:port]; "
-                                "set it like LOCKSTEP_COORDINATOR_URL=http://127.0.0.1:6066")
-        return port or 6066
+        """The port a worker serves its REST API on: the first URL's (6066 if it names none)."""
+        return _listen_address(self.coordinator_urls[0])[1]
 
     @property
     def kafka_security(self) -> KafkaSecurity:

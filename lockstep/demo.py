@@ -130,7 +130,7 @@ def _child_env(settings: Settings) -> dict[str, str]:
 
 @contextmanager
 def _coordinator(settings: Settings, say: Callable[[str], None]) -> Iterator[None]:
-    url = urlparse(settings.coordinator_url)
+    url = urlparse(settings.coordinator_urls[0])
     if healthy(settings.coordinator_url):
         say(f"reusing the coordinator at {settings.coordinator_url}")
         yield

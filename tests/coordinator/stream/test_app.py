@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from coordinator.client.rest import get_json
 from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
 from coordinator.domain import (
@@ -272,13 +273,17 @@ def test_failover_to_the_second_worker_within_30s(make_worker: Callable) -> None
     )
     wait_until(lambda: len(standby.barrier_ids()) >= 3, "barriers seen by the standby", timeout=30)
     last_before = max(standby.barrier_ids())
+    both = Settings(coordinator_url=f"{leader.url},{standby.url}")  # a client that knows both workers
+    assert get_json(both, "/health")["leader"]
     leader.kill9()
     killed_at = time.monotonic()
+    assert get_json(both, "/health")["status"] == "ok"  # the standby answers at once
     wait_until(lambda: max(standby.barrier_ids()) > last_before + 2, "the standby announcing barriers", timeout=45)
     took = time.monotonic() - killed_at
     assert took <= 30, f"failover took {took:.1f}s"
     ids = standby.barrier_ids()
     assert ids == list(range(1, len(ids) + 1))
+    assert get_json(both, "/barriers?limit=100000")[-1]["barrier"] >= ids[-1]
 
 
 def test_lease_over_http_snapshot_and_expiry(
