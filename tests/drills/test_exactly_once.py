@@ -80,13 +80,16 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
 
     try:
         for crash in RUNS:
+            began = time.monotonic()
             proc = start(crash)
             try:
                 proc.wait(timeout=120 if crash else rng.uniform(6, 14))
             except subprocess.TimeoutExpired:
                 pass
             outcomes.append((crash, proc.poll()))
+            ran = time.monotonic() - began
             kill_group(proc)
+            print(f"run {len(outcomes)} ({crash}): died after {ran:.1f} s, gone after {time.monotonic() - began:.1f} s")
         feed.halt.set()
         feed.join(30)
         proc = start(None)
