@@ -119,15 +119,17 @@ class S3Access:
 
 
 
-def _listen_address(text: str) -> tuple[str, int]:
-    """(host, port) of one coordinator URL, or a ``SettingsError`` that shows the form."""
+def _listen_address(text: str, listed_in: str | None = None) -> tuple[str, int]:
+    """(host, port) of one coordinator URL (of the list ``listed_in``), or a ``SettingsError``
+    that shows the form."""
     url = urlparse(text)
     try:
         port = url.port
     except ValueError:
         port = None
     if url.scheme not in ("http", "https") or not url.hostname or (port is None and url.netloc.count(":")):
-        raise SettingsError(f"LOCKSTEP_COORDINATOR_URL={text!r} is not http://host[:port]; set it like "
+        which = f"{listed_in!r}: {text!r}" if listed_in not in (None, text) else repr(text)
+        raise SettingsError(f"LOCKSTEP_COORDINATOR_URL={which} is not http://host[:port]; set it like "
                             "LOCKSTEP_COORDINATOR_URL=http://127.0.0.1:6066 (several workers: comma-separated)")
     return url.hostname, port or 6066
 
@@ -139,6 +141,7 @@ class Settings:
     home: Path = Path(".lockstep")
     warehouse: str = ".lockstep/warehouse"  # a folder, or a Hadoop URI (s3a://bucket/prefix); see table_location
     s3: S3Access = S3Access()
+    metastore: str = ""  # a Hive metastore that names the tables (jdbc:derby://... or thrift://...); "": paths only
     jars: Path = Path(".lockstep/jars")
     coordinator_url: str = "http://127.0.0.1:6066"
     topic_prefix: str = "lockstep"
@@ -164,6 +167,7 @@ class Settings:
             home=home,
             warehouse=_warehouse(env.get("LOCKSTEP_WAREHOUSE") or str(home / "warehouse")),
             s3=_s3_access(env),
+            metastore=_metastore(env.get("LOCKSTEP_METASTORE", "")),
             jars=Path(env.get("LOCKSTEP_JARS", str(home / "jars"))),
             coordinator_url=env.get("LOCKSTEP_COORDINATOR_URL", "http://127.0.0.1:6066"),
             topic_prefix=env.get("LOCKSTEP_TOPIC_PREFIX", "lockstep"),
@@ -207,6 +211,27 @@ class Settings:
             return str(Path(str(self.warehouse).removeprefix("file:")).absolute() / name)
         return f"{str(self.warehouse).rstrip('/')}/{name}"
 
+    def catalog_conf(self) -> dict[str, str]:
+        """Spark settings that make the session catalog Hive's, kept in ``LOCKSTEP_METASTORE``
+        (empty without one: tables are known by path only).
+
+        >>> Settings(metastore="thrift://meta:9083").catalog_conf()["spark.hadoop.hive.metastore.uris"]
+        'thrift://meta:9083'
+        """
+        if not self.metastore:
+            return {}
+        conf = {"spark.sql.catalogImplementation": "hive"}
+        if self.metastore.startswith("thrift://"):
+            return conf | {"spark.hadoop.hive.metastore.uris": self.metastore}
+        url = self.metastore if ";create=" in self.metastore else self.metastore + ";create=true"
+        return conf | {
+            "spark.hadoop.javax.jdo.option.ConnectionURL": url,
+            "spark.hadoop.javax.jdo.option.ConnectionDriverName": "org.apache.derby.jdbc.ClientDriver",
+            # the first session to connect creates the metastore's tables; no schema version check
+            "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+            "spark.hadoop.hive.metastore.schema.verification": "false",
+        }
+
     @property
     def checkpoints(self) -> Path:
         """Where the jobs' streaming checkpoints live: a folder of the machine that runs the
@@ -238,7 +263,7 @@ class Settings:
         """
         urls = tuple(url.strip() for url in self.coordinator_url.split(",") if url.strip())
         for url in urls or ("",):
-            _listen_address(url)
+            _listen_address(url, self.coordinator_url)
         return urls
 
     @property
@@ -276,6 +301,16 @@ def _warehouse(raw: str) -> str:
                             f"write it as {'s3a://' + raw.split('://', 1)[1]}")
     if scheme and (not scheme.isalnum() or not raw.split("://", 1)[1].strip("/")):
         raise SettingsError(f"LOCKSTEP_WAREHOUSE={raw!r} is neither a folder nor a URI like s3a://bucket/prefix")
+    return raw
+
+
+def _metastore(raw: str) -> str:
+    """A Hive metastore: its Derby database over the network, or a metastore service."""
+    raw = raw.strip()
+    if raw and not raw.startswith(("jdbc:derby://", "thrift://")):
+        raise SettingsError(f"LOCKSTEP_METASTORE={raw!r} is neither a Derby network database nor a metastore "
+                            "service; set it like LOCKSTEP_METASTORE=jdbc:derby://127.0.0.1:1527/metastore "
+                            "(lockstep dev up --metastore) or LOCKSTEP_METASTORE=thrift://host:9083")
     return raw
 
 

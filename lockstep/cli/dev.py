@@ -12,6 +12,7 @@ from rich.table import Table
 from coordinator.client.acls import ROLES, grant, grants
 from coordinator.client.topics import Topics
 from coordinator.dev.broker import BrokerStatus, LocalBroker, LocalKafkaCluster
+from coordinator.dev.metastore import LocalMetastore
 from coordinator.dev.s3 import LocalS3
 from coordinator.dev.spark import LocalSparkCluster
 from coordinator.domain.errors import ExitCode, UsageError
@@ -27,6 +28,15 @@ def local_broker(settings: Settings) -> LocalBroker:
     return broker
 
 
+def local_metastore(settings: Settings) -> LocalMetastore:
+    """The metastore database ``lockstep dev`` manages: ``$LOCKSTEP_HOME/metastore``."""
+    meta = LocalMetastore.for_settings(settings)
+    if meta is None:
+        raise UsageError(f"LOCKSTEP_METASTORE={settings.metastore} is not a Derby database on 127.0.0.1; the local "
+                         "metastore only runs on loopback. Unset it or use jdbc:derby://127.0.0.1:<port>/metastore.")
+    return meta
+
+
 def describe(status: BrokerStatus) -> str:
     if not status.running:
         return f"broker: stopped (bootstrap {status.bootstrap})"
@@ -37,7 +47,8 @@ def describe(status: BrokerStatus) -> str:
 @click.group()
 def dev() -> None:
     """Run the local development stack: a real single-node KRaft Kafka broker on 127.0.0.1 and,
-    with --s3, an S3-API server (s3proxy) for an s3a:// warehouse."""
+    with --s3, an S3-API server (s3proxy) for an s3a:// warehouse; with --metastore, a Hive
+    metastore database (Derby's network server) that names the tables."""
 
 
 @dev.command()
@@ -50,12 +61,18 @@ def dev() -> None:
 @click.option("--spark-workers", type=click.IntRange(0, 8), default=0, show_default=True,
               help="Also run a Spark standalone master (LOCKSTEP_SPARK_MASTER's port, default 7077) and this many "
                    "workers of one core each, from the pyspark wheel; `lockstep run --master` uses it.")
+@click.option("--metastore", "with_metastore", is_flag=True,
+              help="Also start the Hive metastore's database (Derby's network server on the port of a "
+                   "jdbc:derby://127.0.0.1:PORT/... LOCKSTEP_METASTORE, default 1527); prints the LOCKSTEP_METASTORE "
+                   "that makes every Lockstep table readable by name.")
 @click.option("--timeout", default=90.0, show_default=True, help="Seconds to wait for each server to answer.")
 @click.pass_obj
-def up(settings: Settings, with_s3: bool, brokers: int, spark_workers: int, timeout: float) -> None:
+def up(settings: Settings, with_s3: bool, brokers: int, spark_workers: int, with_metastore: bool,
+       timeout: float) -> None:
     """Start the local broker (formats storage the first time); harmless if it already runs.
 
     Exit 4 if a server could not start (the message quotes its log)."""
+    meta = local_metastore(settings) if with_metastore else None  # a usage error before anything starts
     if brokers == 1:
         broker = local_broker(settings)
         already = broker.running_pid() is not None
@@ -79,6 +96,12 @@ def up(settings: Settings, with_s3: bool, brokers: int, spark_workers: int, time
         click.echo(f"{'already running' if already else 'started'}; s3: pid {pid}, endpoint {s3.endpoint}, "
                    f"buckets {', '.join(s3.buckets)} (objects under {s3.home / 'data'})")
         click.echo("  " + " ".join(f"{k}={v}" for k, v in s3.env().items()))
+    if meta is not None:
+        already = meta.running_pid() is not None
+        pid = meta.up(timeout=timeout)
+        click.echo(f"{'already running' if already else 'started'}; metastore: pid {pid}, database {meta.url} "
+                   f"(under {meta.home})")
+        click.echo(f"  LOCKSTEP_METASTORE={meta.url}")
     if spark_workers:
         spark = LocalSparkCluster.for_settings(settings, spark_workers)
         spark.up(timeout=max(timeout, 120.0))
@@ -90,7 +113,8 @@ def up(settings: Settings, with_s3: bool, brokers: int, spark_workers: int, time
 @dev.command()
 @click.pass_obj
 def down(settings: Settings) -> None:
-    """Stop the local broker and S3 server this checkout started (by their pids) and wait for them to exit."""
+    """Stop the local broker, S3 server, metastore and Spark cluster this checkout started (by their
+    pids) and wait for them to exit."""
     broker = local_broker(settings)
     click.echo("broker stopped" if broker.down() else "broker was not running")
     cluster = LocalKafkaCluster.for_settings(settings)
@@ -102,6 +126,9 @@ def down(settings: Settings) -> None:
     s3 = LocalS3.for_settings(settings)
     if s3 is not None and s3.down():
         click.echo("s3 stopped")
+    meta = LocalMetastore.for_settings(settings)
+    if meta is not None and meta.down():
+        click.echo("metastore stopped")
 
 
 @dev.command()
@@ -114,6 +141,9 @@ def status(ctx: click.Context) -> None:
     s3 = LocalS3.for_settings(ctx.obj)
     if s3 is not None and (pid := s3.running_pid()) is not None:
         click.echo(f"s3: running, pid {pid}, endpoint {s3.endpoint}")
+    meta = LocalMetastore.for_settings(ctx.obj)
+    if meta is not None and (pid := meta.running_pid()) is not None:
+        click.echo(f"metastore: running, pid {pid}, database {meta.url}")
     if not state.running:
         ctx.exit(ExitCode.UNREACHABLE)
 

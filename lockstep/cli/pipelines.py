@@ -156,14 +156,14 @@ def drop(settings: Settings, table: str, reason: str | None, timeout: float) -> 
     Refused while a job writes or reads it (`lockstep stop` them first) or a repeatable-read
     snapshot holds it. Exit 0 dropped, 1 rejected, 3 coordinator unreachable.
     """
-    from spark_jobs.ops.tables import remove_table_files
+    from spark_jobs.ops.tables import remove_table
     from spark_jobs.runtime.session import build_session
     from spark_jobs.runtime.storage import Storage
 
     writers = [job for job, j in get_json(settings, "/topology")["jobs"].items() if j["sink"] == table]
     send(settings, DropTable(new_request_id(), table, reason or f"lockstep drop by {_who()}"), timeout)
     # the files go through Hadoop's file system API (an s3a:// warehouse too), so Spark starts here
-    removed = remove_table_files(Storage(build_session("lockstep-drop", settings=settings)), settings, table, writers)
+    removed = remove_table(Storage(build_session("lockstep-drop", settings=settings)), settings, table, writers)
     click.echo(f"table {table} dropped; removed {', '.join(str(p) for p in removed) or 'no files (there were none)'}")
 
 

@@ -18,7 +18,7 @@ from coordinator.domain import DropTable
 from coordinator.domain.events import JobStatus
 from coordinator.settings import Settings
 from spark_jobs.ops.hooks import JobEvent, JobHooks
-from spark_jobs.ops.tables import remove_table_files
+from spark_jobs.ops.tables import remove_table
 from spark_jobs.runtime.storage import Storage
 
 
@@ -46,5 +46,5 @@ class CtasCleanup(JobHooks):
         if not outcome.accepted:
             self.report(f"table {event.sink} was not dropped: {outcome.reason}")
             return
-        remove_table_files(self.storage, self.settings, event.sink)
+        remove_table(self.storage, self.settings, event.sink)
         self.report(f"table {event.sink} dropped: {why}")

@@ -1,5 +1,6 @@
 """The files Lockstep keeps for a table: its Delta directory, its dead letters, and the
-checkpoints of the jobs that wrote it. ``lockstep drop`` removes them once the coordinator has
+checkpoints of the jobs that wrote it (and, with a metastore, the names of the table and its
+dead letters). ``lockstep drop`` removes them once the coordinator has
 dropped the table, so a table of the same name starts afresh (a job's old checkpoint would
 otherwise resume it after barriers whose data is gone). They are removed through Hadoop's file
 system API, so an object-store warehouse is cleaned like a local one."""
@@ -10,6 +11,7 @@ from collections.abc import Iterable
 
 from coordinator.domain.events import dead_letters
 from coordinator.settings import Settings
+from spark_jobs.runtime.catalog import forget_table
 from spark_jobs.runtime.storage import Storage
 
 
@@ -19,8 +21,11 @@ def table_locations(settings: Settings, table: str, jobs: Iterable[str] = ()) ->
             *(str(settings.checkpoints / job) for job in sorted(set(jobs)))]
 
 
-def remove_table_files(storage: Storage, settings: Settings, table: str, jobs: Iterable[str] = ()) -> list[str]:
-    """Delete ``table``'s folders (see ``table_locations``); returns those that existed."""
+def remove_table(storage: Storage, settings: Settings, table: str, jobs: Iterable[str] = ()) -> list[str]:
+    """Forget ``table``'s names in the metastore and delete its folders (see ``table_locations``);
+    returns the folders that existed."""
+    for name in (table, dead_letters(table)):
+        forget_table(storage.spark, name)
     removed = [location for location in table_locations(settings, table, jobs) if storage.exists(location)]
     for location in removed:
         storage.delete(location)

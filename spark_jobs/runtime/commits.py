@@ -26,6 +26,7 @@ from coordinator.codec import default_codec
 from coordinator.domain import BarrierCompleted, OffsetRange, PhaseTime, SourceVersion, entity_key
 from coordinator.faults import crash_point
 from coordinator.settings import CrashAt, Settings
+from spark_jobs.runtime.catalog import register_table
 from spark_jobs.runtime.delta_log import align_log_retention, newest_commit, parse_metadata, prepare_next_write
 from spark_jobs.runtime.session import session_conf, spark_error
 from spark_jobs.runtime.stopwatch import Stopwatch
@@ -70,6 +71,7 @@ class DeltaSink:
     create_on_first_write: bool = False
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
     compact_every: int = 0  # compact the table's small files after every this many commits (0: never)
+    name: str | None = None  # the table's name in a Hive metastore, registered once the table exists
     versions: dict[tuple[int, int], int] = field(default_factory=dict)  # (generation, barrier) -> version
     # (generation, barrier) -> the source versions an intermediate job read for that commit
     sources: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
@@ -91,8 +93,20 @@ class DeltaSink:
             builder.execute()
             self.exists = True
         if self.exists:
+            self._register()
             self._load_history()
             self._upkeep_done = self._upkeep.submit(align_log_retention, self.spark, self.path)
+
+    def _register(self) -> None:
+        """Name the table in the metastore, if there is one; the data does not wait for a
+        metastore that fails (the next start of the job registers it)."""
+        if self.name is None:
+            return
+        try:
+            register_table(self.spark, self.name, self.path)
+        except Exception as exc:  # noqa: BLE001 - a name is a convenience; the barrier's data is what counts
+            log.warning("could not register table %s in the metastore (the job's next start tries again): %s",
+                        self.name, spark_error(exc))
 
     def _clear_unfinished_create(self) -> None:
         """A process killed while creating the table can leave a ``_delta_log`` without any
@@ -165,7 +179,9 @@ class DeltaSink:
                                                self.metadata(barrier, generation, sources, query),
                                                None if self.exists else NEW_TABLE_DEFAULTS):
             write()
-        self.exists = True
+        if not self.exists:
+            self.exists = True
+            self._register()
         with watch.phase("lookup"):
             version, meta = newest_commit(self.spark, self.path)
         if (meta.get("job"), meta.get("barrier"), meta.get("generation")) == (self.job_id, barrier, generation):

@@ -52,9 +52,10 @@ class RootIngestion:
         if self.table.format == "avro":
             check_avro_schema(self.table)
         self.sink = DeltaSink(self.spark, self.locate(self.table.name), self.job_id, self.table.schema_ddl,
-                              crash_at=self.crash_at, compact_every=self.compact_every)
+                              crash_at=self.crash_at, compact_every=self.compact_every, name=self.table.name)
         self.dlq = DeltaSink(self.spark, self.locate(dead_letters(self.table.name)), dead_letters(self.job_id),
-                             DLQ_SCHEMA, crash_at=self.crash_at, compact_every=self.compact_every)
+                             DLQ_SCHEMA, crash_at=self.crash_at, compact_every=self.compact_every,
+                             name=dead_letters(self.table.name))
 
     def read_range(self, work: BarrierWork) -> DataFrame | None:
         ranges = [r for r in work.offsets if r.end > max(r.start, 0)]

@@ -67,7 +67,7 @@ class TableMaintainer:
     def __post_init__(self) -> None:
         # The table is created by its first barrier's write (CREATE TABLE AS SELECT is atomic).
         self.sink = DeltaSink(self.spark, self.locate(self.table.name), self.job_id, None, create_on_first_write=True,
-                              crash_at=self.crash_at, compact_every=self.compact_every)
+                              crash_at=self.crash_at, compact_every=self.compact_every, name=self.table.name)
         self.schema: StructType | None = None
         if self.sink.exists:
             self.schema = self.spark.read.format("delta").load(self.sink.path).schema

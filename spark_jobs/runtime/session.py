@@ -97,6 +97,19 @@ def spark_jars(settings: Settings, object_store: bool | None = None) -> list[Pat
     return jars
 
 
+def catalog_conf(settings: Settings) -> dict[str, str]:
+    """``Settings.catalog_conf`` plus, for a Derby metastore, its JDBC client on the driver's
+    class path (the metastore client's DataNucleus finds drivers there only, not in ``spark.jars``)."""
+    conf = settings.catalog_conf()
+    if settings.metastore.startswith("jdbc:derby:"):
+        client = sorted((settings.jars / "derby").glob("derbyclient-*.jar"))
+        if not client:
+            raise SparkSetupError(f"no Derby client jar in {(settings.jars / 'derby').absolute()} for the metastore "
+                                  f"{settings.metastore}. Run scripts/setup from the repository root.")
+        conf["spark.driver.extraClassPath"] = str(client[-1].absolute())
+    return conf
+
+
 def build_session(
     app_name: str = "lockstep",
     *,
@@ -106,7 +119,8 @@ def build_session(
     object_store: bool | None = None,
 ) -> SparkSession:
     """Get or create the SparkSession with Delta, the cached jars and small-machine defaults
-    (``object_store``: load the s3a:// jars even if ``settings``' warehouse is a folder)."""
+    (``object_store``: load the s3a:// jars even if ``settings``' warehouse is a folder); with
+    ``LOCKSTEP_METASTORE`` its catalog is that Hive metastore (``spark_jobs.runtime.catalog``)."""
     settings = settings or Settings.from_env()
     # Python workers (UDFs, Python data sources) must run the interpreter that has our deps.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -122,7 +136,7 @@ def build_session(
     )
     retention = dict.fromkeys(RETENTION_DEFAULTS, f"interval {settings.log_retention_hours} hours")
     s3 = {f"spark.hadoop.{key}": value for key, value in settings.s3.hadoop_conf().items()}
-    for key, value in {**DEFAULT_CONF, **retention, **s3, **(conf or {})}.items():
+    for key, value in {**DEFAULT_CONF, **retention, **s3, **catalog_conf(settings), **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level or "WARN")

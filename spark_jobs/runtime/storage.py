@@ -30,6 +30,7 @@ class Storage:
     """File operations on any Hadoop file system Spark is configured for."""
 
     def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
         self._jvm: Any = spark._jvm
         self._conf = spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
 

@@ -100,11 +100,29 @@ def test_every_knob_is_typed_and_defaults_follow_the_readme() -> None:
     ("LOCKSTEP_WAREHOUSE", "s3://lake/wh", "s3a://lake/wh"),
     ("LOCKSTEP_WAREHOUSE", "s3a://", "s3a://bucket/prefix"),
     ("LOCKSTEP_S3_ENDPOINT", "127.0.0.1:9000", "http://127.0.0.1:9000"),
+    ("LOCKSTEP_COORDINATOR_URL", "http://127.0.0.1:6066,127.0.0.1:6067", "comma-separated"),
+    ("LOCKSTEP_METASTORE", "derby://127.0.0.1:1527/metastore", "jdbc:derby://127.0.0.1:1527/metastore"),
 ])
 def test_a_bad_value_names_the_variable_and_the_fix(name: str, bad: str, hint: str) -> None:
     with pytest.raises(SettingsError) as info:
         Settings.from_env({name: bad})
     assert str(info.value).startswith(f"{name}={bad!r}") and hint in str(info.value)
+
+
+def test_a_metastore_makes_the_session_catalog_hive_and_none_leaves_it_alone() -> None:
+    assert Settings.from_env({}).catalog_conf() == {}
+    derby = Settings.from_env({"LOCKSTEP_METASTORE": "jdbc:derby://127.0.0.1:1527/metastore"}).catalog_conf()
+    assert derby["spark.sql.catalogImplementation"] == "hive"
+    assert derby["spark.hadoop.javax.jdo.option.ConnectionURL"] == "jdbc:derby://127.0.0.1:1527/metastore;create=true"
+    service = Settings.from_env({"LOCKSTEP_METASTORE": "thrift://meta.example.com:9083"}).catalog_conf()
+    assert service == {"spark.sql.catalogImplementation": "hive",
+                       "spark.hadoop.hive.metastore.uris": "thrift://meta.example.com:9083"}
+
+
+def test_several_coordinators_are_asked_in_turn_and_a_worker_serves_on_the_first() -> None:
+    both = Settings.from_env({"LOCKSTEP_COORDINATOR_URL": "http://127.0.0.1:6070, http://127.0.0.1:6071"})
+    assert both.coordinator_urls == ("http://127.0.0.1:6070", "http://127.0.0.1:6071")
+    assert (both.coordinator_host, both.coordinator_port) == ("127.0.0.1", 6070)
 
 
 def test_a_warehouse_is_a_folder_or_a_uri_and_tables_live_under_it(tmp_path: Path) -> None:

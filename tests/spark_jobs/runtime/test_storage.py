@@ -22,7 +22,7 @@ from coordinator.dev.service import free_port
 from coordinator.settings import Settings
 from spark_jobs.api.reads import open_snapshot
 from spark_jobs.ops.runner import register_pipeline
-from spark_jobs.ops.tables import remove_table_files
+from spark_jobs.ops.tables import remove_table
 from spark_jobs.ops.vacuum import vacuum
 from spark_jobs.planning.pipeline import parse_pipeline
 from spark_jobs.runtime.session import configure_storage
@@ -131,7 +131,7 @@ def test_a_pipeline_on_an_s3_warehouse_reads_consistently_and_vacuums_through_th
 
     assert reads >= 3 and not anomalies, anomalies
 
-    removed = remove_table_files(storage, settings, "per_region", ["maintain_per_region"])
+    removed = remove_table(storage, settings, "per_region", ["maintain_per_region"])
     assert settings.table_location("per_region") in removed
     assert not storage.exists(settings.table_location("per_region"))
     assert not (local_s3.home / "data" / "lake" / prefix / "per_region").exists()
