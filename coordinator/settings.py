@@ -118,7 +118,6 @@ class S3Access:
         return conf
 
 
-
 def _listen_address(text: str, listed_in: str | None = None) -> tuple[str, int]:
     """(host, port) of one coordinator URL (of the list ``listed_in``), or a ``SettingsError``
     that shows the form."""
@@ -132,6 +131,7 @@ def _listen_address(text: str, listed_in: str | None = None) -> tuple[str, int]:
         raise SettingsError(f"LOCKSTEP_COORDINATOR_URL={which} is not http://host[:port]; set it like "
                             "LOCKSTEP_COORDINATOR_URL=http://127.0.0.1:6066 (several workers: comma-separated)")
     return url.hostname, port or 6066
+
 
 @dataclass(frozen=True)
 class Settings:

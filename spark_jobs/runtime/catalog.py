@@ -14,12 +14,8 @@ Example::
 
 from __future__ import annotations
 
-import logging
-
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
-
-log = logging.getLogger(__name__)
 
 
 def has_catalog(spark: SparkSession) -> bool:
