@@ -298,7 +298,7 @@ def bench_retention(barriers: int, tables: int, retain: int) -> None:
     resolution. The hour is the baseline the end is compared with; without pruning, the hour's
     figures are printed too."""
     from coordinator.domain import MetaState, fold
-    from coordinator.domain.barriers import BarrierConfig, plan_barrier
+    from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
     from coordinator.domain.events import CutEntry
     from coordinator.domain.pruning import prunable
     from coordinator.domain.snapshot import resolve_snapshot
@@ -319,6 +319,7 @@ def bench_retention(barriers: int, tables: int, retain: int) -> None:
         tick, snap = [], []
         for _ in range(200):
             t0 = time.perf_counter()
+            next_due(state, now, config)
             plan_barrier(state, now, cut, config)
             t1 = time.perf_counter()
             resolve_snapshot(state, names)
@@ -361,26 +362,41 @@ def bench_topology(barriers: int, retain: int) -> None:
     """Coordination cost against topology size: the shopping shape (1 root, 2 aggregates: the
     baseline) and 100 tables with 100 jobs (10 roots, each feeding 9 derived tables), folded
     through ``barriers`` barriers with every table committing each one (source versions on the
-    derived ones) and pruning every 5 barriers; then a barrier tick (``plan_barrier``) and a
-    read-committed ``/snapshot`` resolution of two tables (the same query in both) and of every
-    table, medians of 300 each."""
+    derived ones) and pruning every 5 barriers. Then 30 more barriers as the leader lives them:
+    each barrier announced, every job's completion folded, and the leader's tick every 50 ms
+    replanning (``next_due``) whenever facts arrived since the last tick, as the worker does:
+    with the ``TableMemo`` the leader keeps, and without it (every job's pace from scratch, the
+    baseline in the same run); plus the announcement (``plan_barrier``) and a read-committed
+    ``/snapshot`` of two tables (the same query in both) and of every table, medians of 300."""
     from coordinator.domain import MetaState, fold
-    from coordinator.domain.barriers import BarrierConfig, plan_barrier
+    from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
     from coordinator.domain.events import CutEntry, SourceVersion
     from coordinator.domain.pruning import prunable
     from coordinator.domain.snapshot import resolve_snapshot
+    from coordinator.domain.state import TableMemo
 
     config = BarrierConfig(interval_ms=1000, max_inflight=10**9)
+    ticks_per_barrier = 20  # a 50 ms tick, 1 s barriers
 
     def shape(roots: int, per_root: int) -> dict[str, str | None]:
-        """table -> its source (None for a root)."""
+        """table -> its source (None for a root), every source before its readers."""
         out: dict[str, str | None] = {}
         for r in range(roots):
             out[f"root{r}"] = None
             out |= {f"root{r}_d{d}": f"root{r}" for d in range(per_root)}
         return out
 
-    def measure(tables: dict[str, str | None]) -> dict[str, float]:
+    def barrier_facts(tables: dict[str, str | None], topics: list[str], b: int) -> list[object]:
+        """Barrier ``b``'s announcement and every table's completion (roots 300 ms after it,
+        derived tables 200 ms after their root), in the order they happen."""
+        facts: list[object] = [BarrierAnnounced(b, b * 1000, tuple(CutEntry(topic, 0, b) for topic in topics))]
+        for t, src in tables.items():
+            start = b * 1000 + (50 if src is None else 350)
+            facts.append(BarrierCompleted(f"j_{t}", t, b, 0, b, started_at_ms=start, committed_at_ms=start + 250,
+                                          source_versions=(SourceVersion(src, b),) if src is not None else ()))
+        return facts
+
+    def measure(tables: dict[str, str | None], memo: TableMemo | None) -> dict[str, float]:
         names = list(tables)
         topics = sorted({f"src{t}" for t, source in tables.items() if source is None})
         state: MetaState = fold_all(
@@ -388,37 +404,52 @@ def bench_topology(barriers: int, retain: int) -> None:
             [JobState(f"j_{t}", t, external_topics=(f"src{t}",)) if src is None else
              JobState(f"j_{t}", t, sources=(src,)) for t, src in tables.items()])
         for b in range(1, barriers + 1):
-            state = fold(state, BarrierAnnounced(b, b * 1000, tuple(CutEntry(topic, 0, b) for topic in topics)))
-            for t, src in tables.items():
-                sources = (SourceVersion(src, b),) if src is not None else ()
-                state = fold(state, BarrierCompleted(f"j_{t}", t, b, 0, b, committed_at_ms=b * 1000 + 300,
-                                                     source_versions=sources))
+            state = fold_all(barrier_facts(tables, topics, b), state)  # type: ignore[arg-type]
             if b % 5 == 0:
                 for tombstone in prunable(state, retain):
                     state = fold(state, tombstone)
-        now = barriers * 1000 + 1000
-        cut = [CutEntry(topic, 0, barriers + 1) for topic in topics]
+        replans: list[float] = []
+        announces: list[float] = []
+        per_barrier: list[float] = []
+        for b in range(barriers + 1, barriers + 31):
+            facts = barrier_facts(tables, topics, b)
+            spent = 0.0
+            for tick in range(ticks_per_barrier):
+                arrived = facts[len(facts) * tick // ticks_per_barrier:len(facts) * (tick + 1) // ticks_per_barrier]
+                if not arrived:
+                    continue  # nothing new: the worker does not replan
+                state = fold_all(arrived, state)  # type: ignore[arg-type]
+                t0 = time.perf_counter()
+                next_due(state, b * 1000 + tick * 50, config, memo)
+                replans.append(time.perf_counter() - t0)
+                spent += replans[-1]
+            t0 = time.perf_counter()
+            plan_barrier(state, b * 1000 + 1000, [CutEntry(topic, 0, b + 1) for topic in topics], config, memo)
+            announces.append(time.perf_counter() - t0)
+            per_barrier.append(spent + announces[-1])
         pair = [names[0], names[1]]
-        timings: dict[str, list[float]] = {"tick": [], "pair": [], "all": []}
+        timings: dict[str, list[float]] = {"pair": [], "all": []}
         for _ in range(300):
             t0 = time.perf_counter()
-            plan_barrier(state, now, cut, config)
-            t1 = time.perf_counter()
             resolve_snapshot(state, pair)
-            t2 = time.perf_counter()
+            t1 = time.perf_counter()
             resolve_snapshot(state, names)
-            t3 = time.perf_counter()
-            timings["tick"].append(t1 - t0)
-            timings["pair"].append(t2 - t1)
-            timings["all"].append(t3 - t2)
-        return {"records": state.records(), **{k: statistics.median(v) * 1000 for k, v in timings.items()}}
+            timings["pair"].append(t1 - t0)
+            timings["all"].append(time.perf_counter() - t1)
+        return {"records": state.records(), "replans": len(replans) / 30, "tick": statistics.median(replans) * 1000,
+                "announce": statistics.median(announces) * 1000, "barrier": statistics.median(per_barrier) * 1000,
+                **{k: statistics.median(v) * 1000 for k, v in timings.items()}}
 
-    print(f"{barriers:,} barriers, every table committing each, retention {retain}; medians of 300")
-    small, large = measure(shape(1, 2)), measure(shape(10, 9))
-    print(f"{'':34}{'3 tables, 3 jobs':>18}{'100 tables, 100 jobs':>22}{'ratio':>8}")
-    for key, label in (("records", "state records"), ("tick", "barrier tick (ms)"),
-                       ("pair", "/snapshot of 2 tables (ms)"), ("all", "/snapshot of every table (ms)")):
-        print(f"{label:34}{small[key]:18,.3f}{large[key]:22,.3f}{large[key] / small[key]:8.2f}")
+    print(f"{barriers:,} barriers, every table committing each, retention {retain}; then 30 barriers ticked live "
+          "(medians); /snapshot medians of 300")
+    rows = (("records", "state records"), ("replans", "replans per barrier"), ("tick", "replan (tick) (ms)"),
+            ("announce", "announce (ms)"), ("barrier", "leader CPU per barrier (ms)"),
+            ("pair", "/snapshot of 2 tables (ms)"), ("all", "/snapshot of every table (ms)"))
+    for label, memo_of in (("without the memo (baseline)", lambda: None), ("with the leader's TableMemo", TableMemo)):
+        small, large = measure(shape(1, 2), memo_of()), measure(shape(10, 9), memo_of())
+        print(f"\n{label:34}{'3 tables, 3 jobs':>18}{'100 tables, 100 jobs':>22}{'ratio':>8}")
+        for key, text in rows:
+            print(f"{text:34}{small[key]:18,.3f}{large[key]:22,.3f}{large[key] / small[key]:8.2f}")
 
 
 def main() -> None:

@@ -61,7 +61,9 @@ def _(fact: BarrierAnnounced, state: MetaState) -> MetaState:
 
 @_fold.register
 def _(fact: BarrierCompleted, state: MetaState) -> MetaState:
-    state.completions.setdefault(fact.table, {})[fact.barrier] = fact
+    by_barrier = state.completions.setdefault(fact.table, {})
+    by_barrier.pop(fact.barrier, None)  # the fact folded last is last in the dict: what TableMemo watches
+    by_barrier[fact.barrier] = fact
     return state
 
 

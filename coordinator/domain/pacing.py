@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coordinator.domain.events import BarrierCompleted, JobState
-from coordinator.domain.state import MetaState
+from coordinator.domain.state import MetaState, TableMemo
 
 WINDOW = 20  # barriers of history pacing looks at
 
@@ -51,7 +51,7 @@ def ready_at(state: MetaState, job: JobState, barrier: int) -> int | None:
 
 
 def job_pace(state: MetaState, job: JobState, last: int) -> JobPace:
-    """``job``'s cost and lag over the barriers of the last ``WINDOW`` it committed."""
+    """``job``'s cost and lag over the barriers it committed among the ``WINDOW`` up to ``last``."""
     costs: list[int] = []
     lags: list[int] = []
     for b in range(max(1, last - WINDOW), last + 1):
@@ -75,15 +75,29 @@ def _committed_through(state: MetaState, job: JobState, last: int) -> int | None
     return None
 
 
-def due_at(state: MetaState, jobs: Sequence[JobState], now_ms: int, interval_ms: int) -> int:
+def due_at(state: MetaState, jobs: Sequence[JobState], now_ms: int, interval_ms: int,
+           memo: TableMemo | None = None) -> int:
     """Epoch ms at which the next barrier should be announced: ``interval_ms`` after the last
     one, and late enough that it reaches each of ``jobs`` (the live ones) no sooner than the job
-    is done with the barriers already in flight."""
+    is done with the barriers already in flight. With ``memo`` (kept by the caller between
+    ticks) a job's pace is computed again only when the job commits: a replan then costs the
+    jobs that committed since the last one, not the whole topology's history."""
     last = state.last_barrier()
     announced = state.barriers.get(last)
     earliest = (announced.ts_ms if announced is not None else 0) + interval_ms
     writers = {j.sink: j for j in jobs}
-    pace = {j.job_id: job_pace(state, j, last) for j in jobs}
+    through = {j.job_id: _committed_through(state, j, last) for j in jobs}
+
+    def pace_of(job: JobState) -> JobPace:
+        # it looks back from the job's newest commit: it changes when the job commits (a source's
+        # completion comes first) or a revision restarts a source (a new table record)
+        def compute() -> JobPace:
+            return job_pace(state, job, through[job.job_id] or last)
+
+        sources = tuple(state.tables.get(s) for s in job.sources)
+        return memo.get(state, job.sink, "pace", compute, (through[job.job_id], job, sources)) if memo else compute()
+
+    pace = {j.job_id: pace_of(j) for j in jobs}
     finish: dict[str, dict[int, float]] = {}  # job -> barrier -> when it is (estimated to be) committed
     path: dict[str, float] = {}  # job -> from announcing a barrier to the job starting it, nothing queued
     due = float(earliest)
@@ -93,11 +107,11 @@ def due_at(state: MetaState, jobs: Sequence[JobState], now_ms: int, interval_ms:
         if len(upstream) < len(job.sources):
             continue  # a source has no live writer: no new barrier reaches this job
         path[job.job_id] = lag + max((path[u.job_id] + pace[u.job_id].cost_ms for u in upstream), default=0.0)
-        through = _committed_through(state, job, last)
-        done = _completion(state, job.sink, through) if through is not None else None
+        newest = through[job.job_id]
+        done = _completion(state, job.sink, newest) if newest is not None else None
         free = float(done.committed_at_ms) if done is not None else 0.0
         finish[job.job_id] = {}
-        for b in range((through if through is not None else job.resume_barrier) + 1, last + 1):
+        for b in range((newest or job.resume_barrier) + 1, last + 1):
             arrive = _arrival(state, job, b, upstream, finish)
             if arrive is None:
                 break  # not announced (or an upstream job dropped it): nothing more to play

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Any, TypeVar
 
 from coordinator.domain.events import (
     END_STATUSES,
@@ -26,6 +27,7 @@ from coordinator.domain.events import (
 from coordinator.domain.records import to_record
 
 _COMMITTED_AT = attrgetter("committed_at_ms")
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -193,18 +195,21 @@ class MetaState:
         """The newest barrier announced at or before ``ts_ms``."""
         return max((b for b, a in self.barriers.items() if a.ts_ms <= ts_ms), default=None)
 
-    def last_seen(self, job: JobState) -> int:
+    def last_seen(self, job: JobState, memo: TableMemo | None = None) -> int:
         """When ``job`` was last heard of: registered, updated, or committed a barrier (epoch ms)."""
-        committed = self.completions.get(job.sink)
-        return max(job.updated_at_ms, max(map(_COMMITTED_AT, committed.values())) if committed else 0)
+        def newest_commit() -> int:
+            committed = self.completions.get(job.sink)
+            return max(map(_COMMITTED_AT, committed.values())) if committed else 0
 
-    def live_jobs(self, now_ms: int, liveness_ms: int) -> list[JobState]:
+        return max(job.updated_at_ms, memo.get(self, job.sink, "last_commit", newest_commit) if memo else newest_commit())
+
+    def live_jobs(self, now_ms: int, liveness_ms: int, memo: TableMemo | None = None) -> list[JobState]:
         """Running jobs that registered or committed within ``liveness_ms``: only these hold
         barriers back, so one dead job never freezes the topology. A job still creating its CTAS
         table holds none back either: it is kept alive by renewals however long it waits for
         its sources, and its first commit covers every barrier up to then anyway."""
         live = [j for j in self.active_jobs() if j.status == JobStatus.RUNNING and self.created(j.sink)
-                and now_ms - self.last_seen(j) <= liveness_ms]
+                and now_ms - self.last_seen(j, memo) <= liveness_ms]
         return sorted(live, key=lambda j: j.job_id)
 
     def status_of(self, job: JobState, now_ms: int, liveness_ms: int) -> str:
@@ -219,9 +224,50 @@ class MetaState:
             return JobStatus.STALLED.value
         return str(job.status)
 
-    def inflight(self, jobs: Iterable[JobState]) -> int:
+    def inflight(self, jobs: Iterable[JobState], memo: TableMemo | None = None) -> int:
         """How many announced barriers are not yet an exact point of every given job's sink
         (counting only barriers announced after the job started)."""
         last = self.last_barrier()
-        behind = [last - max(self.latest_exact(j.sink) or 0, j.start_barrier) for j in jobs]
+
+        def newest(table: str) -> int:
+            return (memo.get(self, table, "latest_exact", lambda: self.latest_exact(table)) if memo
+                    else self.latest_exact(table)) or 0
+
+        behind = [last - max(newest(j.sink), j.start_barrier) for j in jobs]
         return max(0, *behind) if behind else 0
+
+
+class TableMemo:
+    """Values derived from one table's completions, kept between barrier ticks while those
+    completions are unchanged, so a replan costs the tables that changed, not every table.
+
+    A table's completions count as unchanged while their number, the last one folded (``fold``
+    puts it last) and the table's own record are: every completion folded, every one pruned, a
+    revision (a new table record) changes that. ``extra`` adds what else a value depends on.
+
+    >>> from coordinator.domain.events import BarrierCompleted
+    >>> state, memo, calls = MetaState(), TableMemo(), []
+    >>> state.completions["t"] = {1: BarrierCompleted("j", "t", 1, 0, 1)}
+    >>> [memo.get(state, "t", "n", lambda: calls.append(1) or len(calls)) for _ in range(3)]
+    [1, 1, 1]
+    >>> state.completions["t"][2] = BarrierCompleted("j", "t", 2, 0, 2)
+    >>> memo.get(state, "t", "n", lambda: calls.append(1) or len(calls))
+    2
+    """
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[str, str], tuple[tuple[Any, ...], Any]] = {}
+
+    def get(self, state: MetaState, table: str, what: str, compute: Callable[[], _T],
+            extra: tuple[Hashable, ...] = ()) -> _T:
+        by_b = state.completions.get(table) or {}
+        newest = next(reversed(by_b), None)
+        signature = (len(by_b), newest, by_b.get(newest) if newest is not None else None, state.tables.get(table), *extra)
+        known = self._values.get((table, what))
+        if known is not None and known[0] == signature:
+            return known[1]  # type: ignore[no-any-return]
+        if len(self._values) > 8 * (len(state.tables) + len(state.jobs) + 1):
+            self._values.clear()  # entries of dropped tables and jobs go with the next replan
+        value = compute()
+        self._values[(table, what)] = (signature, value)
+        return value

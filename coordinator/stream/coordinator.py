@@ -37,6 +37,7 @@ from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
 from coordinator.domain.decide import abandon_pending_tables
 from coordinator.domain.events import split_key
 from coordinator.domain.pruning import prunable
+from coordinator.domain.state import TableMemo
 from coordinator.faults import crash_point
 from coordinator.settings import Settings
 from coordinator.stream.fencing import Fenced, FencedWriter
@@ -74,6 +75,7 @@ class Coordinator:
         self._due: int | None = None  # when the next barrier is due (None: held back)
         self._planned_at_events = -1  # events folded when that was planned
         self._planned_at_ms = 0
+        self._memo = TableMemo()  # what replanning derived per table, kept while the table is unchanged
 
     def start(self) -> None:
         self.follower.start()
@@ -200,7 +202,7 @@ class Coordinator:
         if folded == self._planned_at_events and now < min(self._due or now + 1000, self._planned_at_ms + 1000):
             return None
         with self.follower.reader.lock:
-            self._due = next_due(self.state, now, self.barrier_config)
+            self._due = next_due(self.state, now, self.barrier_config, self._memo)
         self._planned_at_events, self._planned_at_ms = folded, now
         if self._due is None:
             self.counters.barriers_held_back += 1
@@ -212,7 +214,7 @@ class Coordinator:
             topics = self.state.external_topics()
         cut = self.cut(topics)
         with self.follower.reader.lock:
-            barrier = plan_barrier(self.state, now_ms(), cut, self.barrier_config)
+            barrier = plan_barrier(self.state, now_ms(), cut, self.barrier_config, self._memo)
         if barrier is None:
             self.counters.barriers_held_back += 1
             return None

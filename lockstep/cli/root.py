@@ -46,6 +46,7 @@ class LockstepGroup(click.Group):
 
 @click.group(cls=LockstepGroup, context_settings={"help_option_names": ["-h", "--help"]},
              epilog="\b\nExit codes:\n" + "\n".join(f"  {code.value:<4}{what}" for code, what in EXIT_CODES.items()))
+@click.version_option(package_name="lockstep-etl", prog_name="lockstep", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Lockstep: consistent streaming ETL on the lakehouse.

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
+
 from coordinator.domain import BarrierAnnounced, BarrierCompleted, JobState, MetaState, TableState, fold_all
-from coordinator.domain.barriers import BarrierConfig, next_due
+from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
+from coordinator.domain.events import GenerationStart, JobStatus
 from coordinator.domain.pacing import JobPace, due_at, job_pace
+from coordinator.domain.pruning import prunable
+from coordinator.domain.state import TableMemo
 
 ROOT = JobState("root", "events", external_topics=("x",))
 AGG = JobState("agg", "totals", sources=("events",))
@@ -68,3 +74,52 @@ def test_next_due_holds_back_while_more_than_max_inflight_barriers_are_incomplet
     state = fold_all([BarrierCompleted("root", "events", 4, 0, 4, started_at_ms=12_100, committed_at_ms=13_100),
                       BarrierCompleted("agg", "totals", 4, 0, 4, started_at_ms=13_200, committed_at_ms=15_200)], state)
     assert next_due(state, 15_200, config) is not None
+
+
+def test_the_leaders_memo_never_changes_a_plan() -> None:
+    """Replanning with the ``TableMemo`` the leader keeps gives what planning from scratch gives,
+    fact by fact, through commits out of step, revisions that recompute old barriers, pruning
+    and a job that stops."""
+    rng = random.Random(7)
+    tables = {"events": None, "totals": "events", "top": "totals", "other": None}
+    jobs = {t: JobState(f"j_{t}", t, sources=(s,) if s else (), external_topics=() if s else ("x",))
+            for t, s in tables.items()}
+    state = fold_all([TableState(t, "root" if s is None else "derived") for t, s in tables.items()]
+                     + list(jobs.values()))  # type: ignore[arg-type]
+    memo, config = TableMemo(), BarrierConfig(interval_ms=500, max_inflight=4, liveness_ms=3000)
+    done: dict[str, int] = dict.fromkeys(tables, 0)
+    now = 0
+    for step in range(600):
+        now += rng.randint(10, 400)
+        roll = rng.random()
+        last = state.last_barrier()
+        if roll < 0.25:
+            facts: list[object] = [BarrierAnnounced(last + 1, now)]
+        elif roll < 0.85:
+            ready = [t for t, s in tables.items() if done[t] < (done[s] if s else last)]
+            if not ready:
+                continue
+            t = rng.choice(ready)
+            done[t] += 1
+            started = now - rng.randint(50, 2000)
+            facts = [BarrierCompleted(jobs[t].job_id, t, done[t], state.tables[t].generation, done[t] + 7,
+                                      started_at_ms=started, committed_at_ms=now)]
+        elif roll < 0.9 and done["totals"] > 3:  # revise totals from an earlier barrier: old barriers recomputed
+            table = state.tables["totals"]
+            start = rng.randint(1, done["totals"] - 1)
+            generation = table.generation + 1
+            facts = [replace(table, generation=generation,
+                             generations=(*table.generations, GenerationStart(generation, start)))]
+            done["totals"] = done["top"] = start
+        elif roll < 0.95:
+            facts = list(prunable(state, 5))
+        else:
+            job = jobs["other"]
+            jobs["other"] = replace(job, status=JobStatus.FINISHED if job.status == JobStatus.RUNNING else JobStatus.RUNNING)
+            facts = [jobs["other"]]
+        state = fold_all(facts, state)  # type: ignore[arg-type]
+        live = state.live_jobs(now, config.liveness_ms)
+        assert state.live_jobs(now, config.liveness_ms, memo) == live, f"step {step}: {facts}"
+        assert state.inflight(live, memo) == state.inflight(live), f"step {step}: {facts}"
+        assert next_due(state, now, config, memo) == next_due(state, now, config), f"step {step}: {facts}"
+        assert plan_barrier(state, now, [], config, memo) == plan_barrier(state, now, [], config)

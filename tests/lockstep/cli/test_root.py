@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import click
@@ -38,6 +39,12 @@ def test_errors_become_a_message_and_their_exit_code(error: BaseException, code:
     result = CliRunner().invoke(group, ["boom"])
     assert result.exit_code == code
     assert result.stderr.strip() == (f"{label}: {error}" if label else "interrupted")
+
+
+def test_version_prints_the_installed_package_version_without_reading_settings() -> None:
+    result = invoke("--version", env={"LOCKSTEP_BARRIER_INTERVAL_MS": "not a number"})
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"lockstep {version('lockstep-etl')}"
 
 
 def test_every_exit_code_is_documented_in_help() -> None:
