@@ -298,7 +298,7 @@ def bench_retention(barriers: int, tables: int, retain: int) -> None:
     resolution. The hour is the baseline the end is compared with; without pruning, the hour's
     figures are printed too."""
     from coordinator.domain import MetaState, fold
-    from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
+    from coordinator.domain.barriers import BarrierConfig, plan_barrier
     from coordinator.domain.events import CutEntry
     from coordinator.domain.pruning import prunable
     from coordinator.domain.snapshot import resolve_snapshot
@@ -319,7 +319,6 @@ def bench_retention(barriers: int, tables: int, retain: int) -> None:
         tick, snap = [], []
         for _ in range(200):
             t0 = time.perf_counter()
-            next_due(state, now, config)
             plan_barrier(state, now, cut, config)
             t1 = time.perf_counter()
             resolve_snapshot(state, names)
@@ -387,8 +386,8 @@ def bench_topology(barriers: int, retain: int) -> None:
         return out
 
     def barrier_facts(tables: dict[str, str | None], topics: list[str], b: int) -> list[object]:
-        """Barrier ``b``'s announcement and every table's completion (roots 300 ms after it,
-        derived tables 200 ms after their root), in the order they happen."""
+        """Barrier ``b``'s announcement and every table's completion (roots committed 300 ms after
+        it, derived tables 300 ms after their root), in the order they happen."""
         facts: list[object] = [BarrierAnnounced(b, b * 1000, tuple(CutEntry(topic, 0, b) for topic in topics))]
         for t, src in tables.items():
             start = b * 1000 + (50 if src is None else 350)

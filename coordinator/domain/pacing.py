@@ -89,13 +89,13 @@ def due_at(state: MetaState, jobs: Sequence[JobState], now_ms: int, interval_ms:
     through = {j.job_id: _committed_through(state, j, last) for j in jobs}
 
     def pace_of(job: JobState) -> JobPace:
+        newest = through[job.job_id]
+        if memo is None:
+            return job_pace(state, job, newest or last)
         # it looks back from the job's newest commit: it changes when the job commits (a source's
         # completion comes first) or a revision restarts a source (a new table record)
-        def compute() -> JobPace:
-            return job_pace(state, job, through[job.job_id] or last)
-
         sources = tuple(state.tables.get(s) for s in job.sources)
-        return memo.get(state, job.sink, "pace", compute, (through[job.job_id], job, sources)) if memo else compute()
+        return memo.get(state, job.sink, "pace", lambda: job_pace(state, job, newest or last), (newest, job, sources))
 
     pace = {j.job_id: pace_of(j) for j in jobs}
     finish: dict[str, dict[int, float]] = {}  # job -> barrier -> when it is (estimated to be) committed
