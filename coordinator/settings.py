@@ -152,6 +152,7 @@ class Settings:
     schemas: Path | None = None  # the Avro schemas; None: schemas/ of this checkout
     spark_master: str = "local[2]"
     spark_log_level: str | None = None  # None: WARN (the demo's live view asks for ERROR)
+    driver_jvm_options: str = ""  # more options for the Spark driver's JVM, e.g. -XX:TieredStopAtLevel=1
     crash_at: CrashAt | None = None
     compact_every: int = 100  # a job compacts its table's small files after every this many commits (0: never)
     vacuum_every_s: int = 600  # `lockstep run` vacuums its jobs' tables this often (0: never)
@@ -183,6 +184,7 @@ class Settings:
             schemas=Path(env["LOCKSTEP_SCHEMAS"]) if env.get("LOCKSTEP_SCHEMAS") else None,
             spark_master=env.get("LOCKSTEP_SPARK_MASTER") or "local[2]",
             spark_log_level=_spark_log_level(env.get("LOCKSTEP_SPARK_LOG_LEVEL")),
+            driver_jvm_options=_jvm_options(env.get("LOCKSTEP_DRIVER_JVM_OPTIONS", "")),
             crash_at=_crash_at(env.get("LOCKSTEP_CRASH_AT")),
             compact_every=_whole_number(env, "LOCKSTEP_COMPACT_EVERY", 100, minimum=0),
             vacuum_every_s=_whole_number(env, "LOCKSTEP_VACUUM_EVERY_S", 600, minimum=0),
@@ -324,6 +326,20 @@ def _s3_access(env: Mapping[str, str]) -> S3Access:
         raise SettingsError("set both LOCKSTEP_S3_ACCESS_KEY and LOCKSTEP_S3_SECRET_KEY, or neither "
                             "(then Hadoop's default credential chain applies)")
     return S3Access(endpoint, access, secret)
+
+
+def _jvm_options(raw: str) -> str:
+    """JVM options, each starting with '-' (a stray word would be taken for the main class).
+
+    >>> _jvm_options(" -XX:TieredStopAtLevel=1  -Xmx3g ")
+    '-XX:TieredStopAtLevel=1 -Xmx3g'
+    """
+    options = raw.split()
+    stray = [o for o in options if not o.startswith("-")]
+    if stray:
+        raise SettingsError(f"LOCKSTEP_DRIVER_JVM_OPTIONS={raw!r}: {', '.join(stray)} is not a JVM option; "
+                            "give options that start with '-', e.g. LOCKSTEP_DRIVER_JVM_OPTIONS='-XX:TieredStopAtLevel=1'")
+    return " ".join(options)
 
 
 def _spark_log_level(raw: str | None) -> str | None:

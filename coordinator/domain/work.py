@@ -88,7 +88,7 @@ def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int 
         if job.external_topics:
             first = previous <= job.resume_barrier and not state.completions.get(job.sink, {}).get(previous)
             ends = {(c.topic, c.partition): c.offset for c in announced.cut if c.topic in job.external_topics}
-            before = {} if first else _cut_before(state, previous, set(ends))
+            before = {} if first else _cut_before(state, previous, set(ends), job.sink)
             offsets = [OffsetRange(t, p, before.get((t, p), EARLIEST), end) for (t, p), end in ends.items()]
             out.append(replace(work, offsets=offsets, restore_to=None if out else restore))
         else:
@@ -106,13 +106,20 @@ def _restore_point(state: MetaState, job: JobState) -> tuple[int, int] | None:
     return b, state.exact_points(job.sink).get(b, EMPTY) if b else EMPTY
 
 
-def _cut_before(state: MetaState, barrier: int, needed: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """Where each needed topic-partition stood at ``barrier``: its offset in the newest cut at or
-    before it that has the partition (a cut taken before a topic was read lacks it)."""
+def _cut_before(state: MetaState, barrier: int, needed: set[tuple[str, int]], sink: str) -> dict[tuple[str, int], int]:
+    """Where each needed topic-partition stood at ``barrier``: where ``sink``'s completion of a
+    barrier ended reading it, else the barrier's cut, from the newest barrier at or before
+    ``barrier`` that has the partition (a cut taken before a topic was read lacks it). The
+    completion comes first: a barrier still in flight when pruning passed it loses its record,
+    and its completion, once folded, is the table's newest exact point and is kept."""
     where: dict[tuple[str, int], int] = {}
+    completions = state.completions.get(sink, {})
     for b in range(barrier, 0, -1):
         if needed <= where.keys():
             break
+        done = completions.get(b)
+        for r in done.source_offsets if done is not None else ():
+            where.setdefault((r.topic, r.partition), r.end)
         for c in state.barriers[b].cut if b in state.barriers else ():
             where.setdefault((c.topic, c.partition), c.offset)
     return where

@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import socket
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -58,7 +59,9 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
         raise Rejected(f"{exc}; nothing was started") from exc
     for table in sorted({t.name for t in pipeline.derived} - {t.name for t in registered.derived}):
         click.echo(f"table {table} exists already: its CREATE TABLE IF NOT EXISTS does nothing", err=True)
+    began = time.monotonic()
     spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings, master=master, conf=confs)
+    click.echo(f"Spark session up in {time.monotonic() - began:.1f} s", err=True)
     supervisor = Supervisor(spark, registered, settings, jobs, report=lambda message: click.echo(message, err=True),
                             follow_status=True, max_restarts=max_restarts)
     supervisor.start()

@@ -172,8 +172,26 @@ class Supervisor:
         self._upkeep = TableUpkeep(self.spark, self.settings, [j.sink for j in jobs], self.report).start()
         self._renew([j.job_id for j in jobs])  # a restarted runner's jobs: registering them again was a no-op
         for job in jobs:
-            self.queries[job.job_id] = start_job(self.spark, self.pipeline, job, self.settings)
+            self.queries[job.job_id] = self._start_job(job)
             self._tell("on_created", JobEvent(job.job_id, job.sink, JobStatus.RUNNING))
+
+    def _start_job(self, job: Job) -> StreamingQuery:
+        """Start ``job``; say how long its setup took and, once, when its first barrier is in (a
+        restart's recovery time, where a user sees it)."""
+        began = time.monotonic()
+        setup: list[float] = []  # seconds, once start_job returned
+        first: list[BarrierWork] = []
+
+        def committed(work: BarrierWork) -> None:
+            if not first:
+                first.append(work)
+                took = f" (setup {setup[0]:.1f} s)" if setup else ""
+                self.report(f"job {job.job_id} committed barrier {work.barrier}, {time.monotonic() - began:.1f} s after "
+                            f"it started{took}")
+
+        query = start_job(self.spark, self.pipeline, job, self.settings, on_barrier=committed)
+        setup.append(time.monotonic() - began)
+        return query
 
     def poll(self) -> None:
         """Stop jobs that were ended, notice failed ones and restart those whose backoff has passed."""
@@ -199,7 +217,7 @@ class Supervisor:
             elif now >= self._retry_at[job_id]:
                 del self._retry_at[job_id]
                 try:
-                    self.queries[job_id] = start_job(self.spark, self.pipeline, job, self.settings)
+                    self.queries[job_id] = self._start_job(job)
                     self.report(f"job {job_id} restarted (attempt {self.failures[job_id] + 1})")
                 except Exception as exc:  # noqa: BLE001 - a restart that fails is retried like a failure
                     self.report(f"job {job_id} could not restart: {exc}")

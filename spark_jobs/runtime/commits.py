@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from coordinator.client.clock import now_ms
+from coordinator.client.delivery import Delivered
 from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierCompleted, OffsetRange, PhaseTime, SourceVersion, entity_key
@@ -72,6 +73,7 @@ class DeltaSink:
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
     compact_every: int = 0  # compact the table's small files after every this many commits (0: never)
     name: str | None = None  # the table's name in a Hive metastore, registered once the table exists
+    lazy_history: bool = False  # read the table's history at first need, not at start (dead letters: rarely)
     versions: dict[tuple[int, int], int] = field(default_factory=dict)  # (generation, barrier) -> version
     # (generation, barrier) -> the source versions an intermediate job read for that commit
     sources: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
@@ -83,6 +85,7 @@ class DeltaSink:
         self._upkeep = ThreadPoolExecutor(1, thread_name_prefix=f"upkeep-{self.job_id}")
         self._upkeep_done: Future[None] | None = None
         self._commits = 0
+        self._history_loaded = False
         self._clear_unfinished_create()
         self.exists = DeltaTable.isDeltaTable(self.spark, self.path)
         if not self.exists and not self.create_on_first_write:
@@ -92,9 +95,11 @@ class DeltaSink:
                 builder = builder.property(key, value)
             builder.execute()
             self.exists = True
+            self._history_loaded = True
         if self.exists:
             self._register()
-            self._load_history()
+            if not self.lazy_history:
+                self.ensure_history()
             self._upkeep_done = self._upkeep.submit(align_log_retention, self.spark, self.path)
 
     def _register(self) -> None:
@@ -125,9 +130,16 @@ class DeltaSink:
                     self.sources[at] = {str(k): int(v) for k, v in meta["sources"].items()}
                 if "query" in meta:
                     self.queries[at] = str(meta["query"])
+        self._history_loaded = True
+
+    def ensure_history(self) -> None:
+        """Read the table's history if it exists and was not read yet (``lazy_history``)."""
+        if self.exists and not self._history_loaded:
+            self._load_history()
 
     def last_commit(self, generation: int, before: int) -> tuple[int, int] | None:
         """(barrier, version) of this generation's newest commit for a barrier before ``before``."""
+        self.ensure_history()
         done = [(b, v) for (g, b), v in self.versions.items() if g == generation and b < before]
         return max(done, default=None)
 
@@ -146,6 +158,7 @@ class DeltaSink:
     def version_at(self, barrier: int, generation: int) -> int:
         """The version holding ``barrier`` when this job made no commit for it: its newest
         commit for an earlier barrier, or the table's first version."""
+        self.ensure_history()
         earlier = [v for (g, b), v in self.versions.items() if b <= barrier and g <= generation]
         return max(earlier, default=0)
 
@@ -153,6 +166,7 @@ class DeltaSink:
         """Make the table what it was at ``version`` (None: empty) as ``generation``'s state at
         ``barrier``: where a revised root job starts over. Once per generation: a commit of the
         generation (this restore included) means it was done."""
+        self.ensure_history()
         if any(g == generation for g, _ in self.versions) or not self.exists:
             return
         where = f"delta.`{self.path}`"
@@ -168,6 +182,7 @@ class DeltaSink:
         query) are kept in the commit's metadata, so a restarted job knows what its table reflects.
         ``watch`` times the phases: upkeep (waiting for the last one), write, lookup."""
         self.written = False
+        self.ensure_history()
         known = self.versions.get((generation, barrier))
         if known is not None:
             return known  # committed before a crash: Delta would skip the write anyway
@@ -181,6 +196,7 @@ class DeltaSink:
             write()
         if not self.exists:
             self.exists = True
+            self._history_loaded = True  # made by this write: its history is this commit, recorded below
             self._register()
         with watch.phase("lookup"):
             version, meta = newest_commit(self.spark, self.path)
@@ -257,7 +273,9 @@ class CompletionPublisher:
             tuple(offsets),
             started_at_ms, now_ms(), tuple(phases),
         )
-        self.producer.produce(self.topic, key=entity_key(fact).encode(), value=self.codec.encode(fact))
-        if self.producer.flush(30) != 0:
-            raise RuntimeError(f"could not publish the completion of {table}@{barrier} to {self.topic}")
+        delivered = Delivered()  # flush() also returns 0 when the broker refused the record
+        self.producer.produce(self.topic, key=entity_key(fact).encode(), value=self.codec.encode(fact), on_delivery=delivered)
+        if self.producer.flush(30) != 0 or delivered.errors:
+            raise RuntimeError(f"could not publish the completion of {table}@{barrier} to {self.topic}: "
+                               f"{'; '.join(delivered.errors) or 'not delivered within 30 s'}")
         return fact

@@ -55,7 +55,7 @@ class RootIngestion:
                               crash_at=self.crash_at, compact_every=self.compact_every, name=self.table.name)
         self.dlq = DeltaSink(self.spark, self.locate(dead_letters(self.table.name)), dead_letters(self.job_id),
                              DLQ_SCHEMA, crash_at=self.crash_at, compact_every=self.compact_every,
-                             name=dead_letters(self.table.name))
+                             name=dead_letters(self.table.name), lazy_history=True)
 
     def read_range(self, work: BarrierWork) -> DataFrame | None:
         ranges = [r for r in work.offsets if r.end > max(r.start, 0)]
@@ -100,6 +100,7 @@ class RootIngestion:
         assert work.restore_to is not None
         barrier, version = work.restore_to
         self.sink.restore(barrier, work.generation, None if version == EMPTY else version)
+        self.dlq.ensure_history()
         dead = max((v for (g, b), v in self.dlq.versions.items() if b <= barrier and g < work.generation), default=None)
         self.dlq.restore(barrier, work.generation, None if version == EMPTY else dead)
 

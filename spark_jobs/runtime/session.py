@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 
 from coordinator.domain.errors import NotStarted
 from coordinator.settings import Settings
+from spark_jobs.runtime.jvm import driver_java_options
 
 # Small-machine defaults; every key can be overridden through ``conf``.
 DEFAULT_CONF: dict[str, str] = {
@@ -37,10 +38,6 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "2g",
-    # Stopping a query while its foreachBatch runs makes Spark match a regex against the whole
-    # Python traceback (StreamExecution.isInterruptionException); with 1 MB thread stacks that
-    # overflows and prints thousands of lines. Deeper stacks let the stop end cleanly.
-    "spark.driver.extraJavaOptions": "-Xss32m",
     "spark.sql.session.timeZone": "UTC",
     # A barrier's work is small and latency-bound: every Spark job costs scheduling and planning
     # on the driver. Adaptive execution splits each shuffle into a job of its own (a Delta
@@ -136,7 +133,8 @@ def build_session(
     )
     retention = dict.fromkeys(RETENTION_DEFAULTS, f"interval {settings.log_retention_hours} hours")
     s3 = {f"spark.hadoop.{key}": value for key, value in settings.s3.hadoop_conf().items()}
-    for key, value in {**DEFAULT_CONF, **retention, **s3, **catalog_conf(settings), **(conf or {})}.items():
+    jvm = {"spark.driver.extraJavaOptions": driver_java_options(settings)}  # deep stacks, the class archive
+    for key, value in {**DEFAULT_CONF, **jvm, **retention, **s3, **catalog_conf(settings), **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level or "WARN")

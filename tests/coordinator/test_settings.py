@@ -102,6 +102,7 @@ def test_every_knob_is_typed_and_defaults_follow_the_readme() -> None:
     ("LOCKSTEP_S3_ENDPOINT", "127.0.0.1:9000", "http://127.0.0.1:9000"),
     ("LOCKSTEP_COORDINATOR_URL", "http://127.0.0.1:6066,127.0.0.1:6067", "comma-separated"),
     ("LOCKSTEP_METASTORE", "derby://127.0.0.1:1527/metastore", "jdbc:derby://127.0.0.1:1527/metastore"),
+    ("LOCKSTEP_DRIVER_JVM_OPTIONS", "-Xmx3g TieredStopAtLevel=1", "'-XX:TieredStopAtLevel=1'"),
 ])
 def test_a_bad_value_names_the_variable_and_the_fix(name: str, bad: str, hint: str) -> None:
     with pytest.raises(SettingsError) as info:

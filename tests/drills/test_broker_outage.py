@@ -115,7 +115,7 @@ def test_a_running_pipeline_outlives_its_broker_and_loses_or_duplicates_nothing(
         reader.join(60)
         restarted = dict(supervisor.failures)
 
-    check_each_record_once(spark, settings, state, b, feed.expected())
+    check_each_record_once(spark, settings, state, b, topic, feed.expected())
     ids = sorted(read_state(settings).barriers)
     assert ids == list(range(ids[0], ids[-1] + 1)), "a barrier id was skipped or repeated across the outage"
     assert not reader.anomalies, reader.anomalies[:3]

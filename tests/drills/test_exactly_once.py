@@ -111,6 +111,6 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
     assert fired["before_commit"] >= 1 and fired["before_completion"] >= 1, \
         f"every crash point must fire: {outcomes}\n{log.read_text()[-3000:]}"
     print(f"{KILLS} kills: crash points fired {dict(fired)}, the rest killed from outside")
-    check_each_record_once(spark, settings, state, b, feed.expected())
+    check_each_record_once(spark, settings, state, b, topic, feed.expected())
     for table in ("events", "per_key"):
         check_published_versions(spark, settings, state, table, b)

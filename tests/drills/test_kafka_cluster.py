@@ -89,7 +89,7 @@ def test_a_pipeline_loses_neither_a_barrier_nor_a_record_when_a_broker_and_then_
         state, b = wait_for_barrier(settings, ["events", "per_key"], feed.ends(), topic, timeout=300)
         restarted = dict(supervisor.failures)
 
-    check_each_record_once(spark, settings, state, b, feed.expected())
+    check_each_record_once(spark, settings, state, b, topic, feed.expected())
     for table in ("events", "per_key"):
         check_published_versions(spark, settings, state, table, b)
     ids = sorted(read_state(settings).barriers)

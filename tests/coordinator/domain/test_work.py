@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import astuple
 
-from coordinator.domain import BarrierAnnounced, BarrierCompleted, CutEntry, MetaState, OffsetRange, RequestRevision
+from coordinator.domain import BarrierAnnounced, BarrierCompleted, CutEntry, MetaState, OffsetRange, RequestRevision, fold
+from coordinator.domain.pruning import prunable
 from coordinator.domain.work import EARLIEST, EMPTY, ready_barrier, work_for
 
 
@@ -79,3 +80,27 @@ def test_a_full_revision_empties_the_root_table_and_reads_from_the_earliest_offs
     assert (first.barrier, first.restore_to, first.offsets) == (1, (0, EMPTY), [OffsetRange("shopping_source", 0, EARLIEST, 5)])
     derived = work_for(state, state.jobs["amount_job"], 0, 3)
     assert derived == []  # the root's old exact points no longer count: it waits for the new generation
+
+
+def test_a_barrier_pruned_while_in_flight_does_not_move_where_the_root_job_reads_next(
+    make_state: Callable[..., MetaState],
+) -> None:
+    # The job lagged past the retention floor: barrier 3 was planned (it reads [10, 15)), then
+    # pruned before its completion came; once folded, that completion is the newest exact point
+    # and barrier 2 goes too. The next range must start where barrier 3's ended, not at the
+    # first record again (the cut of a barrier that is left, or none at all).
+    done = [BarrierCompleted("ingest_shopping", "shopping", b, 0, 10 + b) for b in (1, 2)]
+    state = make_state(*barriers(20), *done, shopping_topology=True)
+    job = state.jobs["ingest_shopping"]
+    [in_flight] = work_for(state, job, 2, 3)
+    assert in_flight.offsets == [OffsetRange("shopping_source", 0, 10, 15)]
+    for tombstone in prunable(state, retain_barriers=5):
+        state = fold(state, tombstone)
+    assert 3 not in state.barriers and 2 in state.barriers  # kept: the newest exact point so far
+    state = fold(state, BarrierCompleted("ingest_shopping", "shopping", 3, 0, 13, source_offsets=tuple(in_flight.offsets)))
+    for tombstone in prunable(state, retain_barriers=5):
+        state = fold(state, tombstone)
+    assert 2 not in state.barriers and state.latest_exact("shopping") == 3
+    work = work_for(state, job, 3, ready_barrier(state, job))
+    ranges = [(r.start, r.end) for w in work for r in w.offsets]
+    assert [w.barrier for w in work] == [20] and ranges == [(15, 100)]  # from where barrier 3 ended
