@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,18 @@ from coordinator.settings import Settings
 
 if TYPE_CHECKING:
     from spark_jobs.planning.pipeline import Pipeline
+
+
+def format_option(*extra: str) -> Any:
+    """``--format table|json`` (and ``extra`` forms) for a command that prints data: a table for
+    people, JSON for scripts."""
+    return click.option("--format", "fmt", type=click.Choice(["table", "json", *extra]), default="table",
+                        show_default=True, help="table for people, json for scripts")
+
+
+def echo_json(body: Any) -> None:
+    """Print ``body`` as JSON, keys sorted (what ``--format json`` prints)."""
+    click.echo(json.dumps(body, indent=2, sort_keys=True))
 
 
 def send(settings: Settings, command: Command, timeout: float) -> CommandOutcome:

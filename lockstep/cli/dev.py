@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import click
 from rich.console import Console
@@ -17,6 +17,7 @@ from coordinator.dev.s3 import LocalS3
 from coordinator.dev.spark import LocalSparkCluster
 from coordinator.domain.errors import ExitCode, UsageError
 from coordinator.settings import Settings
+from lockstep.cli.common import echo_json, format_option
 
 
 def local_broker(settings: Settings) -> LocalBroker:
@@ -132,18 +133,26 @@ def down(settings: Settings) -> None:
 
 
 @dev.command()
+@format_option()
 @click.pass_context
-def status(ctx: click.Context) -> None:
+def status(ctx: click.Context, fmt: str) -> None:
     """Say whether the local broker runs: pid, bootstrap address, topic count (and the S3 server,
     if it runs). Exit 3 if the broker is stopped."""
     state = local_broker(ctx.obj).status()
-    click.echo(describe(state))
     s3 = LocalS3.for_settings(ctx.obj)
-    if s3 is not None and (pid := s3.running_pid()) is not None:
-        click.echo(f"s3: running, pid {pid}, endpoint {s3.endpoint}")
+    s3_pid = s3.running_pid() if s3 is not None else None
     meta = LocalMetastore.for_settings(ctx.obj)
-    if meta is not None and (pid := meta.running_pid()) is not None:
-        click.echo(f"metastore: running, pid {pid}, database {meta.url}")
+    meta_pid = meta.running_pid() if meta is not None else None
+    if fmt == "json":
+        echo_json({"broker": asdict(state),
+                   "s3": {"pid": s3_pid, "endpoint": s3.endpoint} if s3 is not None and s3_pid is not None else None,
+                   "metastore": {"pid": meta_pid, "database": meta.url} if meta is not None and meta_pid is not None else None})
+    else:
+        click.echo(describe(state))
+        if s3 is not None and s3_pid is not None:
+            click.echo(f"s3: running, pid {s3_pid}, endpoint {s3.endpoint}")
+        if meta is not None and meta_pid is not None:
+            click.echo(f"metastore: running, pid {meta_pid}, database {meta.url}")
     if not state.running:
         ctx.exit(ExitCode.UNREACHABLE)
 
@@ -171,8 +180,9 @@ def worker(settings: Settings, web_port: int | None, loglevel: str) -> None:
 @click.option("--data-topic", "data_topics", multiple=True, metavar="TOPIC",
               help="A topic root tables read (repeat); the coordinator describes it, jobs read it.")
 @click.option("--apply", is_flag=True, help="Create the ACLs now, as LOCKSTEP_KAFKA_*'s principal (an admin).")
+@format_option()
 @click.pass_obj
-def acls(settings: Settings, role: str, principal: str, data_topics: tuple[str, ...], apply: bool) -> None:
+def acls(settings: Settings, role: str, principal: str, data_topics: tuple[str, ...], apply: bool, fmt: str) -> None:
     """The Kafka ACLs a principal of ROLE needs under LOCKSTEP_TOPIC_PREFIX (README: Security).
 
     \b
@@ -181,11 +191,16 @@ def acls(settings: Settings, role: str, principal: str, data_topics: tuple[str, 
     """
     if not principal.startswith("User:"):
         raise UsageError(f"PRINCIPAL {principal!r} must look like User:<name>, as the broker names principals")
-    table = Table("resource", "pattern", "name", "operations", title=f"{role} {principal}")
-    for g in grants(role, Topics(settings.topic_prefix), data_topics):
-        table.add_row(g.resource.name.lower(), "prefixed" if g.prefixed else "literal", g.name,
-                      ", ".join(op.name.lower() for op in g.operations))
-    Console().print(table)
+    rows = [{"resource": g.resource.name.lower(), "pattern": "prefixed" if g.prefixed else "literal", "name": g.name,
+             "operations": [op.name.lower() for op in g.operations]}
+            for g in grants(role, Topics(settings.topic_prefix), data_topics)]
+    if fmt == "json":
+        echo_json({"role": role, "principal": principal, "acls": rows})
+    else:
+        table = Table("resource", "pattern", "name", "operations", title=f"{role} {principal}")
+        for row in rows:
+            table.add_row(row["resource"], row["pattern"], row["name"], ", ".join(row["operations"]))
+        Console().print(table)
     if apply:
         created = grant(settings, principal, role, data_topics)
         click.echo(f"created {len(created)} ACL bindings for {principal}")

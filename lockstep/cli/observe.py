@@ -77,9 +77,11 @@ def barriers() -> None:
 @barriers.command("tail")
 @click.option("--from-beginning", is_flag=True, help="Start with the first barrier instead of new ones.")
 @click.option("--count", type=int, default=None, help="Stop after this many barriers.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="a line per barrier for people, or a JSON object per line (JSON Lines) for scripts")
 @click.pass_obj
-def barriers_tail(settings: Settings, from_beginning: bool, count: int | None) -> None:
-    """Print barriers as they are announced: id, time, cut (Ctrl-C stops)."""
+def barriers_tail(settings: Settings, from_beginning: bool, count: int | None, fmt: str) -> None:
+    """Print barriers as they are announced: id, time, cut (Ctrl-C stops, exit 130)."""
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
     from coordinator.client.topics import Topics
@@ -102,11 +104,13 @@ def barriers_tail(settings: Settings, from_beginning: bool, count: int | None) -
                 click.echo(f"(skipped undecodable record at offset {msg.offset()}: {exc})", err=True)
                 continue
             when = datetime.fromtimestamp(b.ts_ms / 1000, UTC).isoformat(timespec="milliseconds")
-            cut = ", ".join(f"{c.topic}[{c.partition}]={c.offset}" for c in b.cut) or "no external topics"
-            click.echo(f"barrier {b.barrier}  {when}  {cut}")
+            if fmt == "json":
+                click.echo(json.dumps({"barrier": b.barrier, "ts_ms": b.ts_ms, "time": when,
+                                       "cut": [{"topic": c.topic, "partition": c.partition, "offset": c.offset} for c in b.cut]}))
+            else:
+                cut = ", ".join(f"{c.topic}[{c.partition}]={c.offset}" for c in b.cut) or "no external topics"
+                click.echo(f"barrier {b.barrier}  {when}  {cut}")
             seen += 1
-    except KeyboardInterrupt:
-        pass
     finally:
         consumer.close()
 

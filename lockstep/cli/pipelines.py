@@ -14,10 +14,10 @@ import click
 from coordinator.client.commands import new_request_id
 from coordinator.client.rest import get_json
 from coordinator.domain import DeregisterJob, DropTable, RequestRevision
-from coordinator.domain.errors import Rejected
+from coordinator.domain.errors import LockstepError, Rejected
 from coordinator.domain.events import END_STATUSES, JobStatus, split_key
 from coordinator.settings import Settings
-from lockstep.cli.common import load, send
+from lockstep.cli.common import echo_json, format_option, load, send
 
 
 @click.command()
@@ -44,6 +44,9 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
     first barrier is committed; if its job ends before that, the table and its files are removed.
     Running a pipeline again with a changed query is accepted: new barriers use it, and
     `lockstep revise TABLE --to-barrier B` recomputes the barriers after B with it.
+
+    Exit 0 once every job was stopped (`lockstep stop`), 1 if one ended FAILED (--max-restarts),
+    130 on Ctrl-C.
     """
     from spark_jobs.ops.runner import Supervisor, register_pipeline
     from spark_jobs.runtime.session import build_session
@@ -68,11 +71,16 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
     click.echo(f"running {len(supervisor.queries)} job(s): {', '.join(supervisor.queries)} (Ctrl-C stops)")
     try:
         supervisor.run(threading.Event())
-        click.echo("every job ended (lockstep stop); exiting")
     except KeyboardInterrupt:
         click.echo("stopping ...")
+        raise  # exit 130, once the jobs are stopped
     finally:
         supervisor.stop()
+    failed = sorted(job for job, status in supervisor.ended.items() if status == JobStatus.FAILED)
+    if failed:
+        raise LockstepError(f"job(s) {', '.join(failed)} ended FAILED (the messages above say why); "
+                            "`lockstep delays` shows every job's status")
+    click.echo("every job ended (lockstep stop); exiting")
 
 
 def spark_confs(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -176,10 +184,16 @@ def _who() -> str:
 
 @click.command()
 @click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
-def explain(pipeline_file: str) -> None:
+@format_option()
+def explain(pipeline_file: str, fmt: str) -> None:
     """Print, per job, how it maintains its table and why (parses SQL only; starts no Spark)."""
     from spark_jobs.planning.plans import explain_job
 
     pipeline = load(pipeline_file)
+    if fmt == "json":
+        echo_json({"jobs": [{"job_id": job.job_id, "sink": job.sink, "sources": list(job.sources),
+                             "topics": list(job.external_topics), "maintenance": explain_job(pipeline, job)}
+                            for job in pipeline.jobs]})
+        return
     for job in pipeline.jobs:
         click.echo(f"{job.job_id} -> {job.sink}: {explain_job(pipeline, job)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from importlib.metadata import version
@@ -84,3 +85,24 @@ def test_explain_starts_no_spark() -> None:
                           cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_commands_that_print_data_print_json_for_scripts(tmp_path: Path) -> None:
+    explained = invoke("explain", str(ROOT / "pipelines" / "shopping.sql"), "--format", "json")
+    assert explained.exit_code == 0, explained.output
+    jobs = {j["sink"]: j for j in json.loads(explained.stdout)["jobs"]}
+    assert jobs["shopping"]["topics"] == ["shopping_source"] and jobs["user_item_amount"]["sources"] == ["shopping"]
+    assert all(j["maintenance"] for j in jobs.values())
+
+    granted = invoke("acls", "job", "User:etl", "--data-topic", "orders", "--format", "json")
+    assert granted.exit_code == 0, granted.output
+    body = json.loads(granted.stdout)
+    assert (body["role"], body["principal"]) == ("job", "User:etl")
+    assert any(a["name"] == "orders" and "read" in a["operations"] for a in body["acls"])
+
+    port = free_port()
+    stopped = invoke("dev", "status", "--format", "json",
+                     env={"LOCKSTEP_HOME": str(tmp_path), "LOCKSTEP_BOOTSTRAP": f"127.0.0.1:{port}"})
+    assert stopped.exit_code == ExitCode.UNREACHABLE  # a stopped broker is still exit 3
+    assert json.loads(stopped.stdout)["broker"] == {"running": False, "pid": None, "bootstrap": f"127.0.0.1:{port}",
+                                                    "topics": None}

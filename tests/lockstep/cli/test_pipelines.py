@@ -1,0 +1,72 @@
+"""``lockstep run``'s exit codes, as a shell sees them: 1 once a job ended FAILED, 130 on Ctrl-C,
+each after its jobs were stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from pyspark.sql import SparkSession
+
+from coordinator.settings import Settings
+from lockstep.cli import cli
+from tests.support import ROOT, wait_until
+from tests.support.barriers import wait_for_barrier
+from tests.support.supervising import KeyedRecords
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT_TABLE = "CREATE TABLE events (k BIGINT, v BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');\n"
+BROKEN = "CREATE TABLE broken AS SELECT k, CAST(assert_true(v < 0) AS INT) AS negative FROM events;\n"
+
+
+def test_run_exits_1_once_a_job_gave_up_failed(
+    spark: SparkSession, run_pipeline: Callable[[str], Settings], make_topic: Callable, kafka_bootstrap: str,
+    coordinator_env: dict[str, str], tmp_path: Path,
+) -> None:
+    topic = make_topic()
+    settings = run_pipeline(ROOT_TABLE.format(topic=topic))  # the root job runs in this test's process
+    wait_for_barrier(settings, ["events"], KeyedRecords(kafka_bootstrap, topic).send(5), topic)
+    pipeline = tmp_path / "pipeline.sql"
+    pipeline.write_text(ROOT_TABLE.format(topic=topic) + BROKEN)
+    env = {**coordinator_env, "LOCKSTEP_WAREHOUSE": settings.warehouse, "LOCKSTEP_HOME": str(settings.home),
+           "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url}
+    # in this process, so `run` finds the test's Spark session running instead of starting one
+    result = CliRunner().invoke(cli, ["run", str(pipeline), "--job", "broken", "--max-restarts", "0"], env=env,
+                                prog_name="lockstep")
+    assert result.exit_code == 1, result.output
+    assert "maintain_broken gave up after 1 failure(s) (FAILED)" in result.output
+    assert "error: job(s) maintain_broken ended FAILED" in result.output
+
+
+def test_ctrl_c_stops_the_jobs_and_exits_130(make_worker: Callable, make_topic: Callable, tmp_path: Path) -> None:
+    topic = make_topic()
+    worker = make_worker()
+    pipeline = tmp_path / "pipeline.sql"
+    pipeline.write_text(ROOT_TABLE.format(topic=topic))
+    env = {**worker.env, "LOCKSTEP_WAREHOUSE": str(tmp_path / "wh"), "PYSPARK_PYTHON": sys.executable}
+    run = subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline)], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(run.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    try:
+        wait_until(lambda: run.poll() is not None or any("committed barrier" in line for line in lines),
+                   "the job's first commit", 180)
+        assert run.poll() is None, "".join(lines)[-3000:]
+        assert any(line.startswith("Spark session up in ") for line in lines)
+        os.killpg(run.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+        assert run.wait(120) == 130, "".join(lines)[-3000:]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    reader.join(10)
+    out = "".join(lines)
+    assert "stopping ..." in out and "interrupted" in out
