@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
@@ -64,6 +65,8 @@ class StateReader:
         self.offsets = EndOffsets(settings)
         self.stats.positions = {t: 0 for t in topics.state}
         self.limits: dict[str, int] = {}
+        # told of every fact folded, after the fold (the worker's metrics observe completions here)
+        self.on_fold: Callable[[MetaState, object], None] | None = None
 
     def close(self) -> None:
         self.consumer.close()
@@ -126,6 +129,11 @@ class StateReader:
             log.warning("skipped %s on state topic %s: %s", type(event).__name__, msg.topic(), exc)
             return
         self.stats.events_folded += 1
+        if self.on_fold is not None:
+            try:
+                self.on_fold(self.state, event)
+            except Exception:  # an observer's bug must not stop the fold
+                log.exception("on_fold observer failed for %s", type(event).__name__)
 
     def end_offsets(self) -> dict[str, int]:
         """High watermarks of every state topic right now, in one request."""

@@ -23,6 +23,7 @@ from typing import TypeVar
 import faust
 from faust.auth import Credentials, SASLCredentials, SSLCredentials
 from faust.web import Request, Response, View
+from prometheus_client import CONTENT_TYPE_LATEST
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from coordinator.client.clock import now_ms
@@ -32,6 +33,7 @@ from coordinator.domain.snapshot import ReadLevel, resolve_snapshot
 from coordinator.settings import KafkaSecurity, Settings
 from coordinator.stream import views
 from coordinator.stream.coordinator import TICK_MS, Coordinator
+from coordinator.stream.metrics import exposition
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -249,13 +251,13 @@ def create_app(settings: Settings) -> LockstepApp:
         if (busy := _state_or_503(web)) is not None:
             return busy
 
-        def text(c: Coordinator) -> str:
+        def text(c: Coordinator) -> bytes:
             stats = c.follower.reader.stats
             counters = {**asdict(c.counters), "events_folded": stats.events_folded, "decode_errors": stats.decode_errors,
                         "unknown_entities": stats.unknown_entities, "invalid_records": stats.invalid_records}
-            return views.metrics(c.state, counters, *liveness())
+            return exposition(c.metrics, c.state, counters, *liveness())
 
-        return web.text(await under_lock(text), content_type="text/plain; version=0.0.4")
+        return web.bytes(await under_lock(text), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     return app
 

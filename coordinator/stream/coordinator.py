@@ -41,6 +41,7 @@ from coordinator.domain.state import TableMemo
 from coordinator.faults import crash_point
 from coordinator.settings import Settings
 from coordinator.stream.fencing import Fenced, FencedWriter
+from coordinator.stream.metrics import FoldMetrics
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class Coordinator:
         self.barrier_config = barrier_config or settings.barriers
         self.codec = default_codec(settings.schemas)
         self.follower = StateFollower(settings, topics)
+        self.metrics = FoldMetrics()  # /metrics' histograms and counters, fed by every completion folded
+        self.follower.reader.on_fold = self.metrics.observe
         self.producer = Producer(settings.kafka_config({"enable.idempotence": True, "linger.ms": 0}))
         self.leader_writer = FencedWriter(settings)  # the barrier clock's, pruning's and lease expiry's writes
         self.offsets = EndOffsets(settings)

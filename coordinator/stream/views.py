@@ -6,7 +6,6 @@ from typing import Any
 
 from coordinator.domain import MetaState
 from coordinator.domain.delays import delay_report
-from coordinator.domain.events import JobStatus
 from coordinator.domain.records import to_record
 
 
@@ -50,35 +49,3 @@ def delays(state: MetaState, now_ms: int, liveness_ms: int, last: int = 100, sin
     for job_id, job in report["jobs"].items():
         job["status"] = state.status_of(state.jobs[job_id], now_ms, liveness_ms)
     return report
-
-
-def metrics(state: MetaState, counters: dict[str, int], now_ms: int, liveness_ms: int) -> str:
-    """Prometheus text exposition."""
-    lines = [
-        "# HELP lockstep_last_barrier Newest announced barrier id.",
-        "# TYPE lockstep_last_barrier gauge",
-        f"lockstep_last_barrier {state.last_barrier()}",
-        "# HELP lockstep_state_records Records of the coordinator's state (pruning keeps it bounded).",
-        "# TYPE lockstep_state_records gauge",
-        f"lockstep_state_records {state.records()}",
-        "# HELP lockstep_job_stalled 1 while a RUNNING job is silent past the liveness window (STALLED).",
-        "# TYPE lockstep_job_stalled gauge",
-        *(f'lockstep_job_stalled{{job="{j}"}} {int(state.status_of(job, now_ms, liveness_ms) == JobStatus.STALLED)}'
-          for j, job in sorted(state.jobs.items()) if job.status == JobStatus.RUNNING),
-        "# HELP lockstep_barrier_lag Announced barriers not yet an exact point of the table.",
-        "# TYPE lockstep_barrier_lag gauge",
-    ]
-    report = delay_report(state)
-    d = report["tables"]
-    lines += [f'lockstep_barrier_lag{{table="{t}"}} {v["lag_barriers"]}' for t, v in d.items()]
-    lines += ["# HELP lockstep_e2e_delay_ms Commit time minus barrier time over the last 100 exact points.",
-              "# TYPE lockstep_e2e_delay_ms gauge"]
-    lines += [f'lockstep_e2e_delay_ms{{table="{t}",quantile="{q}"}} {v[f"e2e_p{q[2:]}_ms"]}'
-              for t, v in d.items() for q in ("0.50", "0.99") if v["e2e_p50_ms"] is not None]
-    lines += ["# HELP lockstep_job_delay_ms A job's own delay (its commit minus its latest source's commit).",
-              "# TYPE lockstep_job_delay_ms gauge"]
-    lines += [f'lockstep_job_delay_ms{{job="{j}",quantile="{q}"}} {v[f"own_p{q[2:]}_ms"]}'
-              for j, v in report["jobs"].items() for q in ("0.50", "0.99") if v["own_p50_ms"] is not None]
-    for name, value in sorted(counters.items()):
-        lines += [f"# TYPE lockstep_{name} counter", f"lockstep_{name}_total {value}"]
-    return "\n".join(lines) + "\n"

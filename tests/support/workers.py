@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.client.rest import get_json
 from coordinator.dev.broker import free_port
@@ -30,6 +31,15 @@ class Worker(WorkerProcess):
     def get_text(self, path: str) -> str:
         with urllib.request.urlopen(self.url + path, timeout=5) as response:
             return response.read().decode()
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """/metrics parsed: (sample name, sorted labels) -> value."""
+        return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                for family in text_string_to_metric_families(self.get_text("/metrics")) for sample in family.samples}
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """One sample of /metrics (``lockstep_fenced_writes_total``, ``table=...``), None if absent."""
+        return self.metrics().get((name, tuple(sorted(labels.items()))))
 
     def barrier_ids(self) -> list[int]:
         """Ids of the barriers the worker's /barriers lists, oldest first."""
