@@ -84,7 +84,7 @@ def datagen_shopping(settings: Settings, rate: int, seconds: float | None, users
     price, so in any consistent read total_price / total_amount of a (user, item) is the unit
     price; ts is the produce time (epoch ms). Creates the topic if needed, reports progress
     every 5 s, and on Ctrl-C or SIGTERM flushes and stops. Exit 1 if some purchases could not
-    be delivered, 3 if Kafka does not answer.
+    be delivered, 3 if Kafka does not answer, 130 after Ctrl-C.
 
     \b
     lockstep datagen shopping --rate 10000 --seconds 60
@@ -94,8 +94,9 @@ def datagen_shopping(settings: Settings, rate: int, seconds: float | None, users
     from spark_jobs.demo.datagen import RateGenerator, ensure_topic, purchases
 
     stop = threading.Event()
+    interrupted: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda number, _frame: (interrupted.append(number), stop.set()))
     try:
         if ensure_topic(settings, topic, partitions):
             click.echo(f"created topic {topic} ({partitions} partitions)")
@@ -107,3 +108,5 @@ def datagen_shopping(settings: Settings, rate: int, seconds: float | None, users
     click.echo(f"sent {sent:,} purchases; {generator.failed} not delivered")
     if generator.failed:
         raise LockstepError(f"{generator.failed} purchases were not delivered to {topic}")
+    if signal.SIGINT in interrupted:
+        raise KeyboardInterrupt  # flushed; Ctrl-C exits 130, as everywhere

@@ -45,8 +45,9 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
     Running a pipeline again with a changed query is accepted: new barriers use it, and
     `lockstep revise TABLE --to-barrier B` recomputes the barriers after B with it.
 
-    Exit 0 once every job was stopped (`lockstep stop`), 1 if one ended FAILED (--max-restarts),
-    130 on Ctrl-C.
+    It says when each job committed its first barrier, and while a job is far behind (a restart
+    after a while) how it catches up. Exit 0 once every job was stopped (`lockstep stop`), 1 if
+    one ended FAILED (--max-restarts), 130 on Ctrl-C.
     """
     from spark_jobs.ops.runner import Supervisor, register_pipeline
     from spark_jobs.runtime.session import build_session

@@ -124,6 +124,21 @@ def start_jobs(spark: SparkSession, pipeline: Pipeline, settings: Settings,
     return [start_job(spark, pipeline, job, settings) for job in select_jobs(pipeline, only)]
 
 
+CATCHING_UP = 10  # barriers behind the newest before `lockstep run` reports a job's progress
+PROGRESS_EVERY_S = 5.0
+
+
+def barriers_behind(state: MetaState, job_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """job id -> (the newest barrier its table holds, or where the job started; how many barriers
+    were announced after it)."""
+    last, out = state.last_barrier(), {}
+    for job_id in job_ids:
+        if (job := state.jobs.get(job_id)) is not None:
+            done = max(state.latest_exact(job.sink) or 0, job.start_barrier)
+            out[job_id] = (done, max(0, last - done))
+    return out
+
+
 @dataclass
 class Supervisor:
     """Keeps a pipeline's jobs running: a job that fails is reported and restarted after a
@@ -131,7 +146,9 @@ class Supervisor:
     job catches up from its checkpoint and its table's Delta history. With ``follow_status``
     (``lockstep run``), a job that ``lockstep stop`` ended is stopped here (FINISHED: after the
     barrier in progress; CANCELED or FAILED: at once) and not restarted. With ``max_restarts``, a
-    job that fails once more than that is given up and recorded FAILED. ``hooks`` hear of every
+    job that fails once more than that is given up and recorded FAILED; and while a job is more than
+    ``CATCHING_UP`` barriers behind (a restart after a while), a progress line every
+    ``PROGRESS_EVERY_S`` says where each stands and how long it may take. ``hooks`` hear of every
     start and end (``spark_jobs.ops.hooks``); the CTAS cleanup (``spark_jobs.ops.ctas_cleanup``)
     always listens. The jobs' tables are vacuumed every ``LOCKSTEP_VACUUM_EVERY_S`` (``upkeep``).
     A job whose CTAS table is still pending (no first commit yet) is renewed (``RenewJob``) when it
@@ -162,6 +179,8 @@ class Supervisor:
     _status_reader: StateReader | None = None
     _status_read_at: float = 0.0
     _renewed_at: float = 0.0
+    _progress_at: float = 0.0
+    _lagging: dict[str, tuple[float, int]] = field(default_factory=dict)  # job -> (when, behind) last said
     _upkeep: TableUpkeep | None = None
 
     def __post_init__(self) -> None:
@@ -245,7 +264,29 @@ class Supervisor:
         state = self._read_state("job statuses")
         if state is None:
             return []
+        self._report_progress(state, now)
         return [j for job_id in self.queries if (j := state.jobs.get(job_id)) is not None and j.status in END_STATUSES]
+
+    def _report_progress(self, state: MetaState, now: float) -> None:
+        """A progress line for the jobs far behind (every ``PROGRESS_EVERY_S``), and one when all caught up."""
+        lagging = {j: gap for j, gap in barriers_behind(state, list(self.queries)).items() if gap[1] > CATCHING_UP}
+        if not lagging:
+            if self._lagging:
+                self._lagging.clear()
+                self.report(f"caught up: every job is within {CATCHING_UP} barriers of the newest, {state.last_barrier()}")
+            return
+        if now - self._progress_at < PROGRESS_EVERY_S:
+            return
+        self._progress_at = now
+        parts = []
+        for job_id, (done, behind) in sorted(lagging.items()):
+            before = self._lagging.get(job_id)
+            pace = ""
+            if before is not None and before[1] > behind:  # closing in: at this pace, how long
+                pace = f", ~{behind * (now - before[0]) / (before[1] - behind):.0f} s to go"
+            parts.append(f"{job_id} at barrier {done}, {behind} behind{pace}")
+            self._lagging[job_id] = (now, behind)
+        self.report(f"catching up to barrier {state.last_barrier()}: {'; '.join(parts)}")
 
     def _renew_pending(self, now: float) -> None:
         """Every third of the liveness window, renew this runner's running jobs whose table is

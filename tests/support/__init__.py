@@ -33,3 +33,11 @@ def run_lockstep(*args: str, env: Mapping[str, str], timeout: float = 120.0) -> 
     """Run ``lockstep ARGS`` (as ``python -m lockstep``) from the checkout's root; output captured as text."""
     return subprocess.run([sys.executable, "-m", "lockstep", *args], env=dict(env), capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
+
+
+def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A Prometheus text exposition parsed: (sample name, sorted labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}

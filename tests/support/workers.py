@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.client.rest import get_json
 from coordinator.dev.broker import free_port
 from coordinator.dev.worker import WorkerProcess
 from coordinator.settings import Settings
-from tests.support import run_lockstep
+from tests.support import metric_samples, run_lockstep
 
 
 class Worker(WorkerProcess):
@@ -34,8 +33,7 @@ class Worker(WorkerProcess):
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """/metrics parsed: (sample name, sorted labels) -> value."""
-        return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-                for family in text_string_to_metric_families(self.get_text("/metrics")) for sample in family.samples}
+        return metric_samples(self.get_text("/metrics"))
 
     def metric(self, name: str, **labels: str) -> float | None:
         """One sample of /metrics (``lockstep_fenced_writes_total``, ``table=...``), None if absent."""

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from coordinator.domain import BarrierAnnounced, BarrierCompleted, JobState, TableState, fold
 from coordinator.domain.state import MetaState
 from coordinator.stream.metrics import FoldMetrics, exposition
+from tests.support import metric_samples
 
 
 def samples(body: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(body.decode()) for s in family.samples}
+    return metric_samples(body.decode())
 
 
 def test_a_completion_counts_once_and_a_revisions_recomputed_barriers_count_again() -> None:

@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 from coordinator.domain import BarrierAnnounced, BarrierCompleted, MetaState
 from coordinator.stream import views
+from coordinator.stream.metrics import FoldMetrics, exposition
+from tests.support import metric_samples
 
 
 def test_table_delays_and_metrics(make_state: Callable[..., MetaState]) -> None:
@@ -22,11 +24,10 @@ def test_table_delays_and_metrics(make_state: Callable[..., MetaState]) -> None:
         "latest_exact_barrier": 1, "lag_barriers": 1, "e2e_p50_ms": 700, "e2e_p99_ms": 700, "e2e_last_ms": 700,
         "staleness_p50_ms": None, "staleness_p99_ms": None, "writer": "ingest_shopping"}
     assert views.delays(state, 2_000, 30_000)["tables"]["user_item_price"]["lag_barriers"] == 2
-    text = views.metrics(state, {"decode_errors": 3}, 2_000, 30_000)
-    assert 'lockstep_barrier_lag{table="shopping"} 1' in text
-    assert 'lockstep_e2e_delay_ms{table="shopping",quantile="0.99"} 700' in text
-    assert 'lockstep_job_delay_ms{job="ingest_shopping",quantile="0.50"} 700' in text
-    assert "lockstep_decode_errors_total 3" in text
+    metrics = metric_samples(exposition(FoldMetrics(), state, {"decode_errors": 3}, 2_000, 30_000).decode())
+    assert metrics[("lockstep_barrier_lag", (("table", "shopping"),))] == 1
+    assert metrics[("lockstep_table_freshness_seconds", (("table", "shopping"),))] == 1.0  # barrier 1 at 1 s, now 2 s
+    assert metrics[("lockstep_decode_errors_total", ())] == 3
     assert [b["barrier"] for b in views.barriers(state, 2, 10)] == [2]
     assert views.topology(state, 2_000, 30_000)["edges"] == [["shopping", "user_item_amount"], ["shopping", "user_item_price"]]
 
@@ -40,6 +41,7 @@ def test_a_running_job_silent_past_the_liveness_window_shows_as_stalled(make_sta
     assert {j: v["status"] for j, v in jobs.items()} == {
         "ingest_shopping": "RUNNING", "amount_job": "STALLED", "price_job": "STALLED"}
     assert views.delays(state, now, liveness)["jobs"]["price_job"]["status"] == "STALLED"
-    text = views.metrics(state, {}, now, liveness)
-    assert 'lockstep_job_stalled{job="amount_job"} 1' in text and 'lockstep_job_stalled{job="ingest_shopping"} 0' in text
+    metrics = metric_samples(exposition(FoldMetrics(), state, {}, now, liveness).decode())
+    assert metrics[("lockstep_job_stalled", (("job", "amount_job"),))] == 1
+    assert metrics[("lockstep_job_stalled", (("job", "ingest_shopping"),))] == 0
     assert state.jobs["amount_job"].status == "RUNNING"  # derived for display, never stored

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -12,6 +15,7 @@ import pytest
 
 from coordinator.settings import Settings
 from spark_jobs.demo.datagen import RateGenerator, ensure_topic, purchases, unit_price
+from tests.support import ROOT, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -46,3 +50,20 @@ def test_datagen_command(lockstep_cli: Callable, read_topic: Callable) -> None:
     assert sent == len(read_topic(topic)) > 0
     bad = lockstep_cli("datagen", "shopping", "--rate", "0")
     assert bad.returncode == 2 and "--rate" in bad.stderr
+
+
+def test_ctrl_c_flushes_what_was_made_and_exits_130(coordinator_env: dict[str, str], read_topic: Callable) -> None:
+    topic = f"shop-{uuid.uuid4().hex[:8]}"
+    generator = subprocess.Popen([sys.executable, "-m", "lockstep", "datagen", "shopping", "--rate", "200", "--topic", topic],
+                                 env=coordinator_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(generator.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    wait_until(lambda: generator.poll() is not None or any(line.startswith("producing ") for line in lines), "producing", 60)
+    time.sleep(1)
+    generator.send_signal(signal.SIGINT)
+    assert generator.wait(60) == 130, "".join(lines)
+    reader.join(10)
+    out = "".join(lines)
+    sent = int(out.split("sent ")[-1].split(" purchases")[0].replace(",", ""))
+    assert sent == len(read_topic(topic)) > 0 and "interrupted" in out  # everything made was flushed first

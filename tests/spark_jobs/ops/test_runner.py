@@ -120,3 +120,29 @@ def test_a_live_runner_keeps_its_pending_ctas_table_however_long_the_first_commi
     job = read_state(settings).jobs["maintain_sums"]
     assert job.status == "FAILED" and "before the first commit of sums" in job.reason
     assert "counts" not in get_json(settings, "/topology")["pending"]  # its runner never started: dropped too
+
+
+def test_a_job_run_again_far_behind_reports_its_progress_until_it_caught_up(
+    spark: SparkSession, make_stack: Callable[[], Stack], make_topic: Callable, kafka_bootstrap: str,
+) -> None:
+    topic = make_topic(partitions=1)
+    stack = make_stack()
+    settings = stack.settings
+    pipeline = parse_pipeline(PIPELINE.format(topic=topic).split(";")[0] + ";")  # events alone
+    register_pipeline(settings, pipeline)
+    records = KeyedRecords(kafka_bootstrap, topic)
+    with supervised(spark, pipeline, settings, follow_status=True) as supervisor:
+        wait_for_barrier(settings, ["events"], records.send(10), topic)
+        assert stack.lockstep("stop", "events").returncode == 0
+        wait_until(lambda: "ingest_events" in supervisor.ended, "the job stopped")
+    stopped_at = read_state(settings).latest_exact("events") or 0
+    records.send(10)
+    # no job holds barriers back meanwhile: they go on, every 200 ms
+    wait_until(lambda: read_state(settings).last_barrier() > stopped_at + 40, "barriers while the job is stopped", 60)
+    register_pipeline(settings, pipeline)
+    reports: list[str] = []
+    with supervised(spark, pipeline, settings, report=reports.append, follow_status=True):
+        wait_until(lambda: any(r.startswith("caught up: ") for r in reports), "caught up", 120)
+    progress = [r for r in reports if r.startswith("catching up to barrier ")]
+    assert progress and "ingest_events at barrier" in progress[0] and " behind" in progress[0], reports
+    assert reports.index(progress[0]) < next(i for i, r in enumerate(reports) if r.startswith("caught up: "))
