@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 
 @dataclass(frozen=True)
@@ -59,17 +61,21 @@ class Storage:
 
     def files(self, location: str, suffix: str = "") -> list[FileInfo]:
         """Every file under ``location`` (recursively) whose name ends with ``suffix``; [] if
-        there is no such folder."""
+        there is no such folder. A file that vanishes while it is listed (a running job's
+        temporary file, renamed into place) fails the listing on a local disk (Hadoop asks each
+        file's permissions as it goes): the listing is then taken again, up to 3 times."""
         fs, path = self._fs(location)
-        if not fs.exists(path):
-            return []
-        out = []
-        found = fs.listFiles(path, True)
-        while found.hasNext():
-            status = found.next()
-            uri = str(status.getPath().toString())
-            if uri.endswith(suffix):
-                out.append(FileInfo(uri, int(status.getLen()), int(status.getModificationTime())))
+        for attempt in Retrying(retry=retry_if_exception_type(Py4JJavaError), stop=stop_after_attempt(3), reraise=True):
+            with attempt:
+                if not fs.exists(path):
+                    return []
+                out = []
+                found = fs.listFiles(path, True)
+                while found.hasNext():
+                    status = found.next()
+                    uri = str(status.getPath().toString())
+                    if uri.endswith(suffix):
+                        out.append(FileInfo(uri, int(status.getLen()), int(status.getModificationTime())))
         return out
 
     def names(self, location: str) -> list[str]:
