@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from coordinator.domain.events import BarrierAnnounced, CutEntry
 from coordinator.domain.pacing import due_at
-from coordinator.domain.state import MetaState, TableMemo
+from coordinator.domain.state import MetaState
 
 
 @dataclass(frozen=True)
@@ -38,26 +38,23 @@ def commit_points(start: int, end: int, stride: int) -> list[int]:
     return [b for b in range(start + 1, folded_to + 1) if b % stride == 0] + list(range(folded_to + 1, end + 1))
 
 
-def next_due(state: MetaState, now_ms: int, config: BarrierConfig = BarrierConfig(),
-             memo: TableMemo | None = None) -> int | None:
+def next_due(state: MetaState, now_ms: int, config: BarrierConfig = BarrierConfig()) -> int | None:
     """Epoch ms at which the next barrier is due (``coordinator.domain.pacing``), or None while
-    more than ``max_inflight`` barriers are incomplete in a live job (backpressure). The leader
-    passes the same ``memo`` every tick (``TableMemo``): the tables that did not change since the
-    last tick cost it almost nothing.
+    more than ``max_inflight`` barriers are incomplete in a live job (backpressure). Planned from
+    scratch; the leader asks a ``coordinator.domain.pacer.Pacer``, which gives the same.
 
     >>> from coordinator.domain.fold import fold_all
     >>> next_due(fold_all([BarrierAnnounced(1, 1000)]), 1200)
     2000
     """
-    live = state.live_jobs(now_ms, config.liveness_ms, memo)
-    if state.inflight(live, memo) > config.max_inflight:
+    live = state.live_jobs(now_ms, config.liveness_ms)
+    if state.inflight(live) > config.max_inflight:
         return None
-    return due_at(state, live, now_ms, config.interval_ms, memo)
+    return due_at(state, live, now_ms, config.interval_ms)
 
 
 def plan_barrier(
     state: MetaState, now_ms: int, cut: Iterable[CutEntry], config: BarrierConfig = BarrierConfig(),
-    memo: TableMemo | None = None,
 ) -> BarrierAnnounced | None:
     """The next barrier, or None while more than ``max_inflight`` are incomplete (backpressure).
 
@@ -67,9 +64,14 @@ def plan_barrier(
     >>> plan_barrier(MetaState(), 1000, []).barrier
     1
     """
-    live = state.live_jobs(now_ms, config.liveness_ms, memo)
-    if state.inflight(live, memo) > config.max_inflight:
+    live = state.live_jobs(now_ms, config.liveness_ms)
+    if state.inflight(live) > config.max_inflight:
         return None
+    return announcement(state, now_ms, cut)
+
+
+def announcement(state: MetaState, now_ms: int, cut: Iterable[CutEntry]) -> BarrierAnnounced:
+    """Barrier ``last + 1`` with ``cut``, announced now (and never before the last one)."""
     last = state.barriers.get(state.last_barrier())
     ts = max(now_ms, last.ts_ms if last is not None else 0)
     ordered = tuple(sorted(cut, key=lambda c: (c.topic, c.partition)))

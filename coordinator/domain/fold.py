@@ -8,6 +8,7 @@ key is enough; a Tombstone deletes. Deterministic and free of I/O; for speed it 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from functools import singledispatch
 
 from coordinator.domain.events import (
@@ -43,18 +44,27 @@ def _fold(event: object, state: MetaState) -> MetaState:
 
 @_fold.register
 def _(fact: TableState, state: MetaState) -> MetaState:
+    if state.tables.get(fact.name) != fact:
+        state.changes.reshaped()
     state.tables[fact.name] = fact
     return state
 
 
 @_fold.register
 def _(fact: JobState, state: MetaState) -> MetaState:
+    known = state.jobs.get(fact.job_id)
+    if known is not None and replace(known, updated_at_ms=fact.updated_at_ms) == fact:
+        state.changes.logged(("renewed", fact.job_id))  # a renewal: only when it was last heard of
+    elif known != fact:
+        state.changes.reshaped()
     state.jobs[fact.job_id] = fact
     return state
 
 
 @_fold.register
 def _(fact: BarrierAnnounced, state: MetaState) -> MetaState:
+    if state.barriers.get(fact.barrier) != fact:
+        state.changes.logged(("announced", fact.barrier))
     state.barriers[fact.barrier] = fact
     return state
 
@@ -62,8 +72,8 @@ def _(fact: BarrierAnnounced, state: MetaState) -> MetaState:
 @_fold.register
 def _(fact: BarrierCompleted, state: MetaState) -> MetaState:
     by_barrier = state.completions.setdefault(fact.table, {})
-    by_barrier.pop(fact.barrier, None)  # the fact folded last is last in the dict: what TableMemo watches
     by_barrier[fact.barrier] = fact
+    state.changes.logged(("completed", fact.table, fact.barrier))
     return state
 
 
@@ -81,6 +91,8 @@ def _(fact: CommandOutcome, state: MetaState) -> MetaState:
 @_fold.register
 def _(fact: Tombstone, state: MetaState) -> MetaState:
     kind, ident = split_key(fact.key)
+    if kind != "lease":
+        state.changes.reshaped()
     if kind == "table":
         state.tables.pop(ident, None)
     elif kind == "job":

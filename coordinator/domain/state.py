@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, TypeVar
 
 from coordinator.domain.events import (
     END_STATUSES,
@@ -27,7 +26,6 @@ from coordinator.domain.events import (
 from coordinator.domain.records import to_record
 
 _COMMITTED_AT = attrgetter("committed_at_ms")
-_T = TypeVar("_T")
 
 
 @dataclass
@@ -39,6 +37,7 @@ class MetaState:
     barriers: dict[int, BarrierAnnounced] = field(default_factory=dict)
     completions: dict[str, dict[int, BarrierCompleted]] = field(default_factory=dict)
     leases: dict[str, LeaseState] = field(default_factory=dict)
+    changes: ChangeLog = field(default_factory=lambda: ChangeLog(), compare=False, repr=False)
 
     def copy(self) -> MetaState:
         return MetaState(
@@ -195,21 +194,18 @@ class MetaState:
         """The newest barrier announced at or before ``ts_ms``."""
         return max((b for b, a in self.barriers.items() if a.ts_ms <= ts_ms), default=None)
 
-    def last_seen(self, job: JobState, memo: TableMemo | None = None) -> int:
+    def last_seen(self, job: JobState) -> int:
         """When ``job`` was last heard of: registered, updated, or committed a barrier (epoch ms)."""
-        def newest_commit() -> int:
-            committed = self.completions.get(job.sink)
-            return max(map(_COMMITTED_AT, committed.values())) if committed else 0
+        committed = self.completions.get(job.sink)
+        return max(job.updated_at_ms, max(map(_COMMITTED_AT, committed.values())) if committed else 0)
 
-        return max(job.updated_at_ms, memo.get(self, job.sink, "last_commit", newest_commit) if memo else newest_commit())
-
-    def live_jobs(self, now_ms: int, liveness_ms: int, memo: TableMemo | None = None) -> list[JobState]:
+    def live_jobs(self, now_ms: int, liveness_ms: int) -> list[JobState]:
         """Running jobs that registered or committed within ``liveness_ms``: only these hold
         barriers back, so one dead job never freezes the topology. A job still creating its CTAS
         table holds none back either: it is kept alive by renewals however long it waits for
         its sources, and its first commit covers every barrier up to then anyway."""
         live = [j for j in self.active_jobs() if j.status == JobStatus.RUNNING and self.created(j.sink)
-                and now_ms - self.last_seen(j, memo) <= liveness_ms]
+                and now_ms - self.last_seen(j) <= liveness_ms]
         return sorted(live, key=lambda j: j.job_id)
 
     def status_of(self, job: JobState, now_ms: int, liveness_ms: int) -> str:
@@ -224,50 +220,60 @@ class MetaState:
             return JobStatus.STALLED.value
         return str(job.status)
 
-    def inflight(self, jobs: Iterable[JobState], memo: TableMemo | None = None) -> int:
+    def inflight(self, jobs: Iterable[JobState]) -> int:
         """How many announced barriers are not yet an exact point of every given job's sink
         (counting only barriers announced after the job started)."""
         last = self.last_barrier()
-
-        def newest(table: str) -> int:
-            return (memo.get(self, table, "latest_exact", lambda: self.latest_exact(table)) if memo
-                    else self.latest_exact(table)) or 0
-
-        behind = [last - max(newest(j.sink), j.start_barrier) for j in jobs]
+        behind = [last - max(self.latest_exact(j.sink) or 0, j.start_barrier) for j in jobs]
         return max(0, *behind) if behind else 0
 
 
-class TableMemo:
-    """Values derived from one table's completions, kept between barrier ticks while those
-    completions are unchanged, so a replan costs the tables that changed, not every table.
+class ChangeLog:
+    """What ``fold`` changed, newest last, so the leader's clock (``coordinator.domain.pacer``)
+    replans what changed instead of the whole topology. Not part of the state's value (a copy
+    starts a new log; equality ignores it): a reader that missed entries replans everything.
 
-    A table's completions count as unchanged while their number, the last one folded (``fold``
-    puts it last) and the table's own record are: every completion folded, every one pruned, a
-    revision (a new table record) changes that. ``extra`` adds what else a value depends on.
+    Completions, renewals and announcements are logged one by one (``("completed", table,
+    barrier)``, ``("renewed", job_id)``, ``("announced", barrier)``); anything else (a table or job record that changed, a
+    tombstone) is a reshape that voids what a reader derived. The log keeps at most ``LIMIT``
+    entries; ``since`` returns None to a reader whose entries were dropped.
 
-    >>> from coordinator.domain.events import BarrierCompleted
-    >>> state, memo, calls = MetaState(), TableMemo(), []
-    >>> state.completions["t"] = {1: BarrierCompleted("j", "t", 1, 0, 1)}
-    >>> [memo.get(state, "t", "n", lambda: calls.append(1) or len(calls)) for _ in range(3)]
-    [1, 1, 1]
-    >>> state.completions["t"][2] = BarrierCompleted("j", "t", 2, 0, 2)
-    >>> memo.get(state, "t", "n", lambda: calls.append(1) or len(calls))
-    2
+    >>> log = ChangeLog()
+    >>> log.logged(("announced", 1)); log.logged(("announced", 2)); seen = log.seq
+    >>> log.logged(("announced", 1)); log.since(seen)
+    [('announced', 1)]
+    >>> log.reshaped(); log.since(seen) is None
+    True
     """
 
-    def __init__(self) -> None:
-        self._values: dict[tuple[str, str], tuple[tuple[Any, ...], Any]] = {}
+    LIMIT = 100_000
 
-    def get(self, state: MetaState, table: str, what: str, compute: Callable[[], _T],
-            extra: tuple[Hashable, ...] = ()) -> _T:
-        by_b = state.completions.get(table) or {}
-        newest = next(reversed(by_b), None)
-        signature = (len(by_b), newest, by_b.get(newest) if newest is not None else None, state.tables.get(table), *extra)
-        known = self._values.get((table, what))
-        if known is not None and known[0] == signature:
-            return known[1]  # type: ignore[no-any-return]
-        if len(self._values) > 8 * (len(state.tables) + len(state.jobs) + 1):
-            self._values.clear()  # entries of dropped tables and jobs go with the next replan
-        value = compute()
-        self._values[(table, what)] = (signature, value)
-        return value
+    def __init__(self) -> None:
+        self.seq = 0
+        self.reshaped_at = 0  # the seq of the newest reshape (or of the newest dropped entry)
+        self._recent: dict[tuple[Hashable, ...], int] = {}
+
+    def logged(self, key: tuple[Hashable, ...]) -> None:
+        self.seq += 1
+        self._recent.pop(key, None)
+        self._recent[key] = self.seq
+        if len(self._recent) > self.LIMIT:
+            dropped = next(iter(self._recent))
+            self.reshaped_at = self._recent.pop(dropped)
+
+    def reshaped(self) -> None:
+        self.seq += 1
+        self.reshaped_at = self.seq
+        self._recent.clear()
+
+    def since(self, seq: int) -> list[tuple[Hashable, ...]] | None:
+        """The keys changed after ``seq`` (oldest first), or None if a reshape came after it."""
+        if self.reshaped_at > seq:
+            return None
+        out: list[tuple[Hashable, ...]] = []
+        for key in reversed(self._recent):
+            if self._recent[key] <= seq:
+                break
+            out.append(key)
+        out.reverse()
+        return out

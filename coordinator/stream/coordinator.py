@@ -33,11 +33,11 @@ from coordinator.domain import (
     entity_key,
     expire_leases,
 )
-from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
+from coordinator.domain.barriers import BarrierConfig
 from coordinator.domain.decide import abandon_pending_tables
 from coordinator.domain.events import split_key
+from coordinator.domain.pacer import Pacer
 from coordinator.domain.pruning import prunable
-from coordinator.domain.state import TableMemo
 from coordinator.faults import crash_point
 from coordinator.settings import Settings
 from coordinator.stream.fencing import Fenced, FencedWriter
@@ -78,7 +78,7 @@ class Coordinator:
         self._due: int | None = None  # when the next barrier is due (None: held back)
         self._planned_at_events = -1  # events folded when that was planned
         self._planned_at_ms = 0
-        self._memo = TableMemo()  # what replanning derived per table, kept while the table is unchanged
+        self._pacer = Pacer(self.barrier_config)  # the clock's plan, kept between ticks
 
     def start(self) -> None:
         self.follower.start()
@@ -205,7 +205,7 @@ class Coordinator:
         if folded == self._planned_at_events and now < min(self._due or now + 1000, self._planned_at_ms + 1000):
             return None
         with self.follower.reader.lock:
-            self._due = next_due(self.state, now, self.barrier_config, self._memo)
+            self._due = self._pacer.next_due(self.state, now)
         self._planned_at_events, self._planned_at_ms = folded, now
         if self._due is None:
             self.counters.barriers_held_back += 1
@@ -217,7 +217,7 @@ class Coordinator:
             topics = self.state.external_topics()
         cut = self.cut(topics)
         with self.follower.reader.lock:
-            barrier = plan_barrier(self.state, now_ms(), cut, self.barrier_config, self._memo)
+            barrier = self._pacer.plan_barrier(self.state, now_ms(), cut)
         if barrier is None:
             self.counters.barriers_held_back += 1
             return None
