@@ -187,14 +187,22 @@ def _who() -> str:
 @click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
 @format_option()
 def explain(pipeline_file: str, fmt: str) -> None:
-    """Print, per job, how it maintains its table and why (parses SQL only; starts no Spark)."""
+    """Print, per job, how it maintains its table and why, and which source columns each of its
+    columns is computed from (parses SQL only; starts no Spark)."""
+    from spark_jobs.planning.columns import column_lineage
     from spark_jobs.planning.plans import explain_job
 
     pipeline = load(pipeline_file)
+    columns = column_lineage(pipeline)
     if fmt == "json":
         echo_json({"jobs": [{"job_id": job.job_id, "sink": job.sink, "sources": list(job.sources),
-                             "topics": list(job.external_topics), "maintenance": explain_job(pipeline, job)}
+                             "topics": list(job.external_topics), "maintenance": explain_job(pipeline, job),
+                             "columns": columns.get(job.sink)}
                             for job in pipeline.jobs]})
         return
     for job in pipeline.jobs:
         click.echo(f"{job.job_id} -> {job.sink}: {explain_job(pipeline, job)}")
+        if job.sources and columns.get(job.sink) is None:
+            click.echo("    columns: unknown (it reads a table this file does not declare)")
+        for column, sources in (columns.get(job.sink) or {}).items():
+            click.echo(f"    {column} <- {', '.join(sources) or '(no source column)'}")

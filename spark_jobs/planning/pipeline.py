@@ -8,6 +8,14 @@ Three statement forms, as in FLIP-276's examples::
       SELECT user_id, item_id, SUM(amount) AS total_amount FROM shopping GROUP BY user_id, item_id;
     INSERT INTO existing_table SELECT ...;
 
+Idioms from Flink and Databricks mean what users expect there: ``CREATE MATERIALIZED VIEW v AS
+SELECT`` is a maintained table like ``CREATE TABLE v AS SELECT``; ``PRIMARY KEY (k) NOT
+ENFORCED`` in a root table's columns is its ``'primary_key'``; ``CREATE OR REPLACE`` is what
+running a changed pipeline does anyway (new barriers use the new query); ``default.t`` and
+``spark_catalog.default.t`` are ``t``. What Lockstep cannot honour (a plain view, ``FROM STREAM
+t``, time travel, other databases, constraints it does not enforce, options on a maintained
+table) is rejected with what to write instead, never silently read another way.
+
 Example::
 
     >>> p = parse_pipeline("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:s', 'format'='json')")
@@ -125,7 +133,9 @@ def parse_pipeline(text: str, base: Path | None = None) -> Pipeline:
     for number, statement in enumerate(statements, start=1):
         at = f"line {lines[number - 1]}" if lines else f"statement {number}"
         where = f"{at} ({statement.sql(dialect='spark')[:60]}...)"
-        if isinstance(statement, exp.Create) and statement.kind == "TABLE":
+        if isinstance(statement, exp.Create) and statement.kind == "VIEW":
+            derived.append(_view(statement, where))
+        elif isinstance(statement, exp.Create) and statement.kind == "TABLE":
             if isinstance(statement.expression, exp.Query):
                 derived.append(_derived(statement, where))
             else:
@@ -135,7 +145,7 @@ def parse_pipeline(text: str, base: Path | None = None) -> Pipeline:
                 raise PipelineError(f"{where}: INSERT INTO writes a table of the pipeline "
                                     f"(INSERT INTO t SELECT ...), not {statement.this.key.upper()}")
             target = statement.this if isinstance(statement.this, exp.Table) else statement.this.this
-            name = _name(target.name, where)
+            name = _table_name(target, where)
             if statement.args.get("overwrite"):
                 raise PipelineError(f"{where}: INSERT OVERWRITE would replace {name} at every barrier, but Lockstep "
                                     f"maintains it incrementally; write INSERT INTO {name} SELECT ... (or CREATE TABLE "
@@ -144,8 +154,8 @@ def parse_pipeline(text: str, base: Path | None = None) -> Pipeline:
             derived.append(DerivedTable(name, query.sql(dialect="spark"), tables_read(query), declared_here=False))
         else:
             raise PipelineError(
-                f"{where}: only CREATE TABLE ... WITH (...), CREATE TABLE ... AS SELECT and "
-                "INSERT INTO ... SELECT belong in a pipeline"
+                f"{where}: only CREATE TABLE ... WITH (...), CREATE TABLE ... AS SELECT (or CREATE MATERIALIZED "
+                "VIEW ... AS SELECT) and INSERT INTO ... SELECT belong in a pipeline"
             )
     names = [t.name for t in (*roots, *derived)]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -173,6 +183,29 @@ def _name(name: str, where: str) -> str:
     return name
 
 
+def _table_name(table: exp.Table, where: str) -> str:
+    """The name of a pipeline table that ``table`` refers to: ``t``, ``default.t`` or
+    ``spark_catalog.default.t`` (where Lockstep registers its tables); anything else is an error."""
+    if not isinstance(table.this, exp.Identifier):
+        function = table.this.sql(dialect="spark")
+        if isinstance(table.this, exp.Anonymous) and table.this.name.upper() == "STREAM":
+            raise PipelineError(f"{where}: {function} is a streaming read in Databricks; Lockstep reads every "
+                                f"table of a query barrier by barrier already: write FROM {table.this.expressions[0].sql()}")
+        raise PipelineError(f"{where}: {function} is not a table; a Lockstep query reads tables of the pipeline")
+    if table.name.upper() == "STREAM" and not table.this.quoted and table.alias:
+        raise PipelineError(f"{where}: FROM STREAM {table.alias} is a streaming read in Databricks; Lockstep reads "
+                            f"every table of a query barrier by barrier already: write FROM {table.alias}")
+    if table.args.get("version") is not None:
+        raise PipelineError(f"{where}: {table.sql(dialect='spark')} reads a fixed version of {table.name}, but a "
+                            "maintained query reads each barrier's version; read old versions with lockstep query "
+                            "--at-barrier instead")
+    if table.catalog.lower() not in ("", "spark_catalog") or table.db.lower() not in ("", "default"):
+        qualified = ".".join(part for part in (table.catalog, table.db, table.name) if part)
+        raise PipelineError(f"{where}: {qualified}: Lockstep's tables live in the database default (LOCKSTEP_METASTORE "
+                            f"names them there); write {table.name}")
+    return _name(table.name, where)
+
+
 def _options(statement: exp.Create, where: str) -> dict[str, str]:
     props = statement.args.get("properties")
     options: dict[str, str] = {}
@@ -189,12 +222,8 @@ def _root(statement: exp.Create, where: str, base: Path | None) -> RootTable:
     schema = statement.this
     if not isinstance(schema, exp.Schema):
         raise PipelineError(f"{where}: a root table needs its columns, e.g. CREATE TABLE t (id BIGINT, ...)")
-    name = _name(schema.this.name, where)
-    columns = tuple(
-        Column(col.name, col.args["kind"].sql(dialect="spark").upper())
-        for col in schema.expressions
-        if isinstance(col, exp.ColumnDef)
-    )
+    name = _table_name(schema.this, where)
+    columns, declared_key = _columns(schema, where)
     for column in columns:
         if (problem := column_problem(column.name)) is not None:
             raise PipelineError(f"{where}: {problem}")
@@ -209,6 +238,10 @@ def _root(statement: exp.Create, where: str, base: Path | None) -> RootTable:
     if fmt not in FORMATS:
         raise PipelineError(f"{where}: format {fmt!r} is not supported; use one of {', '.join(FORMATS)}")
     key = tuple(k.strip() for k in options.get("primary_key", "").split(",") if k.strip())
+    if declared_key and key and declared_key != key:
+        raise PipelineError(f"{where}: PRIMARY KEY ({', '.join(declared_key)}) and 'primary_key' = "
+                            f"'{','.join(key)}' differ; declare the key once")
+    key = key or declared_key
     missing = [k for k in key if k not in {c.name for c in columns}]
     if missing:
         raise PipelineError(f"{where}: primary key column(s) {', '.join(missing)} are not columns of {name}")
@@ -227,16 +260,65 @@ def _root(statement: exp.Create, where: str, base: Path | None) -> RootTable:
     return RootTable(name, columns, source[len("kafka:"):], fmt, key, avro_schema)
 
 
+def _columns(schema: exp.Schema, where: str) -> tuple[tuple[Column, ...], tuple[str, ...]]:
+    """A root table's columns, and its key if declared as ``PRIMARY KEY (...) [NOT ENFORCED]``
+    (in the column list or on one column): Lockstep keeps the newest row per key, as an
+    upsert source does in Flink, and checks no uniqueness (so ``NOT ENFORCED`` is optional)."""
+    columns: list[Column] = []
+    key: tuple[str, ...] = ()
+    for item in schema.expressions:
+        if isinstance(item, exp.PrimaryKey):
+            key = tuple(k.name for k in item.expressions)
+        elif isinstance(item, exp.ColumnDef):
+            columns.append(Column(item.name, item.args["kind"].sql(dialect="spark").upper()))
+            for constraint in item.constraints:
+                if isinstance(constraint.kind, exp.PrimaryKeyColumnConstraint):
+                    key = (item.name,)
+                elif not isinstance(constraint.kind, exp.CommentColumnConstraint):
+                    raise PipelineError(f"{where}: column {item.name}: {constraint.sql(dialect='spark')} is not "
+                                        "enforced by Lockstep; remove it (rows that break it would still be written)")
+        else:
+            raise PipelineError(f"{where}: {item.sql(dialect='spark')} is not a column; a root table lists its "
+                                "columns and at most a PRIMARY KEY (...) NOT ENFORCED")
+    return tuple(columns), key
+
+
+def _view(statement: exp.Create, where: str) -> DerivedTable:
+    """``CREATE MATERIALIZED VIEW v AS SELECT``: a maintained table. A plain view is rejected."""
+    props = statement.args.get("properties")
+    if not props or not any(isinstance(p, exp.MaterializedProperty) for p in props.expressions):
+        name = statement.this.sql(dialect="spark")
+        raise PipelineError(f"{where}: a plain view is computed at each read, not kept consistent across tables; "
+                            f"write CREATE MATERIALIZED VIEW {name} AS SELECT ... (a table Lockstep maintains)")
+    return _derived(statement, where)
+
+
 def _derived(statement: exp.Create, where: str) -> DerivedTable:
     target = statement.this
-    name = _name(target.name if isinstance(target, exp.Table) else target.this.name, where)
+    if isinstance(target, exp.Schema):
+        raise PipelineError(f"{where}: a maintained table takes its columns from its query; write CREATE TABLE "
+                            f"{target.this.sql(dialect='spark')} AS SELECT ... without a column list")
+    name = _table_name(target, where)
+    props = statement.args.get("properties")
+    ignored = [p for p in (props.expressions if props else []) if not isinstance(p, exp.MaterializedProperty)]
+    if ignored:
+        raise PipelineError(f"{where}: {', '.join(p.sql(dialect='spark') for p in ignored)}: a maintained table takes "
+                            f"no options (it is a Delta table Lockstep keeps at every barrier); remove them")
     query = _query(statement.expression, where)
     return DerivedTable(name, query.sql(dialect="spark"), tables_read(query), True, bool(statement.args.get("exists")))
 
 
 def _query(query: exp.Query, where: str) -> exp.Query:
     """``query`` if every column it outputs has a name a Lockstep column may have (``*`` takes
-    its sources' names, checked where they are declared); else a PipelineError saying which."""
+    its sources' names, checked where they are declared) and every table it reads is a pipeline
+    table (written unqualified, as the job reads each barrier's version under that name); else
+    a PipelineError saying which."""
+    ctes = {cte.alias for cte in query.find_all(exp.CTE)}
+    for table in query.find_all(exp.Table):
+        if table.name not in ctes or not isinstance(table.this, exp.Identifier):
+            _table_name(table, where)
+            table.set("db", None)
+            table.set("catalog", None)
     for position, column in enumerate(query.selects, start=1):
         if isinstance(column, exp.Star) or (isinstance(column, exp.Column) and column.is_star):
             continue

@@ -93,6 +93,7 @@ def test_commands_that_print_data_print_json_for_scripts(tmp_path: Path) -> None
     jobs = {j["sink"]: j for j in json.loads(explained.stdout)["jobs"]}
     assert jobs["shopping"]["topics"] == ["shopping_source"] and jobs["user_item_amount"]["sources"] == ["shopping"]
     assert all(j["maintenance"] for j in jobs.values())
+    assert jobs["user_item_amount"]["columns"]["total_amount"] == ["shopping.amount"]  # column-level lineage
 
     granted = invoke("acls", "job", "User:etl", "--data-topic", "orders", "--format", "json")
     assert granted.exit_code == 0, granted.output

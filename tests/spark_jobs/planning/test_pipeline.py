@@ -70,6 +70,20 @@ def test_upsert_debezium_avro_insert_into_and_ctes(tmp_path: Path) -> None:
         ("CREATE TABLE t (`a b` BIGINT) WITH ('source'='kafka:s')", "invalid column name 'a b'"),
         ("CREATE TABLE t (__lockstep_count BIGINT) WITH ('source'='kafka:s')", "Lockstep's bookkeeping columns"),
         ("INSERT INTO `t;x` SELECT 1 FROM s", "invalid table name 't;x'"),
+        # idioms that would otherwise be misread: each says what to write instead
+        ("CREATE TABLE v AS SELECT a FROM STREAM t", "write FROM t"),
+        ("CREATE TABLE v AS SELECT a FROM STREAM(t)", "write FROM t"),
+        ("CREATE TABLE v AS SELECT a FROM t VERSION AS OF 3", "reads a fixed version of t"),
+        ("CREATE TABLE v AS SELECT a FROM t TIMESTAMP AS OF '2026-01-01'", "lockstep query --at-barrier"),
+        ("CREATE TABLE v AS SELECT a FROM sales.t", "sales.t: Lockstep's tables live in the database default"),
+        ("CREATE TABLE other.v AS SELECT a FROM t", "write v"),
+        ("CREATE VIEW v AS SELECT a FROM t", "write CREATE MATERIALIZED VIEW v AS SELECT"),
+        ("CREATE TEMPORARY TABLE v AS SELECT a FROM t", "a maintained table takes no options"),
+        ("CREATE TABLE v USING parquet AS SELECT a FROM t", "USING PARQUET: a maintained table takes no options"),
+        ("CREATE TABLE t (a BIGINT NOT NULL) WITH ('source'='kafka:s')", "column a: NOT NULL is not enforced"),
+        ("CREATE TABLE t (a BIGINT, b BIGINT, PRIMARY KEY (a) NOT ENFORCED) WITH ('source'='kafka:s', 'primary_key'='b')",
+         "PRIMARY KEY (a) and 'primary_key' = 'b' differ"),
+        ("CREATE TABLE t (a BIGINT, PRIMARY KEY (z) NOT ENFORCED) WITH ('source'='kafka:s')", "primary key column(s) z"),
     ],
 )
 def test_bad_pipelines_are_rejected_with_a_reason(sql: str, message: str) -> None:
@@ -81,3 +95,27 @@ def test_bad_pipelines_are_rejected_with_a_reason(sql: str, message: str) -> Non
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(PipelineError, match="cannot read pipeline file"):
         load_pipeline(tmp_path / "nope.sql")
+
+
+def test_flink_and_databricks_idioms_mean_what_users_expect() -> None:
+    """A materialized view is a maintained table; PRIMARY KEY ... NOT ENFORCED is the root's key
+    (in the column list or on a column); CREATE OR REPLACE is CREATE (running a changed pipeline
+    replaces the query anyway); default-qualified names are the plain ones, and the stored query
+    reads the plain names (a job reads each barrier's version under them)."""
+    pipeline = parse_pipeline("""
+        CREATE OR REPLACE TABLE orders (id BIGINT, user_id BIGINT, amount BIGINT, PRIMARY KEY (id) NOT ENFORCED)
+          WITH ('source' = 'kafka:orders', 'format' = 'debezium-json');
+        CREATE TABLE users (user_id BIGINT PRIMARY KEY NOT ENFORCED COMMENT 'who', name STRING)
+          WITH ('source' = 'kafka:users');
+        CREATE MATERIALIZED VIEW spend AS
+          SELECT o.user_id, SUM(o.amount) AS total FROM default.orders AS o GROUP BY o.user_id;
+        CREATE OR REPLACE MATERIALIZED VIEW named AS
+          SELECT u.name, s.total FROM spark_catalog.default.users AS u JOIN spend AS s ON u.user_id = s.user_id;
+    """)
+    orders, users = pipeline.roots
+    assert orders.primary_key == ("id",) and users.primary_key == ("user_id",)
+    assert [c.name for c in users.columns] == ["user_id", "name"]
+    spend, named = pipeline.derived
+    assert (spend.name, spend.sources, named.sources) == ("spend", ("orders",), ("spend", "users"))
+    assert "default" not in spend.query and "spark_catalog" not in named.query
+    assert [j.job_id for j in pipeline.jobs] == ["ingest_orders", "ingest_users", "maintain_spend", "maintain_named"]
