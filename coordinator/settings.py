@@ -269,6 +269,15 @@ class Settings:
         return urls
 
     @property
+    def page_url(self) -> str:
+        """The live page of the first coordinator worker (served on its REST port).
+
+        >>> Settings(coordinator_url="http://127.0.0.1:6066/, http://127.0.0.1:6067").page_url
+        'http://127.0.0.1:6066/'
+        """
+        return self.coordinator_urls[0].rstrip("/") + "/"
+
+    @property
     def coordinator_host(self) -> str:
         """The host a worker serves its REST API on: the first URL's."""
         return _listen_address(self.coordinator_urls[0])[0]

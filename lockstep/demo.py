@@ -132,7 +132,7 @@ def _child_env(settings: Settings) -> dict[str, str]:
 def _coordinator(settings: Settings, say: Callable[[str], None]) -> Iterator[None]:
     url = urlparse(settings.coordinator_urls[0])
     if healthy(settings.coordinator_url):
-        say(f"reusing the coordinator at {settings.coordinator_url}")
+        say(f"reusing the coordinator at {settings.coordinator_url}; live page: {settings.page_url}")
         yield
         return
     if url.hostname not in ("127.0.0.1", "localhost") or url.port is None:
@@ -141,6 +141,7 @@ def _coordinator(settings: Settings, say: Callable[[str], None]) -> Iterator[Non
     worker = WorkerProcess(_child_env(settings), url.port, settings.home / "logs" / "worker.log")
     say(f"starting a coordinator worker on {worker.url} (log {worker.log}) ...")
     worker.start()  # WorkerError (could not start, exit 4) names its log
+    say(f"live page: {settings.page_url} (tables, jobs, freshness, barriers; it updates itself)")
     try:
         yield
     finally:

@@ -23,7 +23,7 @@ from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.settings import Settings
 from tests.support import ROOT
 
-pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.support.pipelines"]
+pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.support.pipelines", "tests.support.browser"]
 
 
 @pytest.fixture(scope="session")

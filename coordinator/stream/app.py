@@ -18,6 +18,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import TypeVar
 
 import faust
@@ -246,6 +247,24 @@ def create_app(settings: Settings) -> LockstepApp:
             return web.json({"error": str(exc)}, status=400)
         return web.json(await under_lock(lambda c: views.delays(c.state, *liveness(), last, since_ms)))
 
+    @app.page("/overview")
+    async def overview_view(web: View, request: Request) -> Response:
+        if (busy := _state_or_503(web)) is not None:
+            return busy
+        return web.json(await under_lock(lambda c: views.overview(c.state, *liveness(), list(c.rejections))))
+
+    @app.page("/")
+    async def page_view(web: View, request: Request) -> Response:
+        return _static(web, "index.html")
+
+    @app.page("/page/{name}")
+    async def page_file(web: View, request: Request, name: str) -> Response:
+        return _static(web, name)
+
+    @app.page("/page/vendor/{name}")
+    async def page_vendor_file(web: View, request: Request, name: str) -> Response:
+        return _static(web, f"vendor/{name}")
+
     @app.page("/metrics")
     async def metrics_view(web: View, request: Request) -> Response:
         if (busy := _state_or_503(web)) is not None:
@@ -260,6 +279,19 @@ def create_app(settings: Settings) -> LockstepApp:
         return web.bytes(await under_lock(text), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     return app
+
+
+PAGE = Path(__file__).with_name("page")  # the live page: index.html, its script and style, vendor/ (uPlot)
+CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+
+
+def _static(web: View, name: str) -> Response:
+    """A file of the live page; 404 for anything else (names are one path segment, no ``..``)."""
+    path = PAGE / name
+    if path.suffix not in CONTENT_TYPES or ".." in name or not path.is_file():
+        hint = " (the charting library is fetched by scripts/setup)" if name.startswith("vendor/") else ""
+        return web.json({"error": f"no page file {name!r}{hint}"}, status=404)
+    return web.bytes(path.read_bytes(), content_type=CONTENT_TYPES[path.suffix])
 
 
 def _int_param(request: Request, name: str, default: int | None) -> int | None:

@@ -8,6 +8,7 @@ written so far, so two commands never race against a stale state.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass
 
 from confluent_kafka import Producer, TopicPartition
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 TICK_MS = 50  # how often the leader asks whether a barrier is due
 
 
+REJECTIONS_KEPT = 20  # commands this worker rejected, newest kept for the live page
+
+
 @dataclass
 class Counters:
     commands_accepted: int = 0
@@ -79,6 +83,7 @@ class Coordinator:
         self._planned_at_events = -1  # events folded when that was planned
         self._planned_at_ms = 0
         self._pacer = Pacer(self.barrier_config)  # the clock's plan, kept between ticks
+        self.rejections: deque[dict[str, object]] = deque(maxlen=REJECTIONS_KEPT)  # the newest, for the page
 
     def start(self) -> None:
         self.follower.start()
@@ -176,6 +181,8 @@ class Coordinator:
             self.counters.commands_accepted += 1
         else:
             self.counters.commands_rejected += 1
+            self.rejections.append({"at_ms": now_ms(), "command": decision.outcome.command,
+                                    "request_id": command.request_id, "reason": decision.outcome.reason})
             log.info("rejected %s %s: %s", decision.outcome.command, command.request_id, decision.outcome.reason)
         return decision.outcome
 

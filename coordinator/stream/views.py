@@ -42,6 +42,42 @@ def barriers(state: MetaState, start: int, limit: int) -> list[dict[str, Any]]:
     return [to_record(state.barriers[b]) for b in ids]
 
 
+def overview(state: MetaState, now_ms: int, liveness_ms: int, rejections: list[dict[str, Any]],
+             timeline: int = 30) -> dict[str, Any]:
+    """What the live page (``/``) shows, in one body so one poll renders it: per table its kind,
+    writer, freshness (now - its newest exact barrier's time), staleness a reader sees, lag, E2E
+    delay and rows sent to its dead-letter table (over the barriers kept); per job its status,
+    inputs and time per barrier; the bottleneck; the newest ``timeline`` barriers with how many
+    tables committed each; open leases; and this worker's recent command rejections."""
+    report = delays(state, now_ms, liveness_ms)
+    shape = topology(state, now_ms, liveness_ms)
+    catalog = state.catalog()
+    tables: dict[str, Any] = {}
+    for name in catalog:
+        figures = report["tables"].get(name, {})
+        latest = figures.get("latest_exact_barrier")
+        announced = state.barriers.get(latest) if latest is not None else None
+        kept = state.completions.get(name, {}).values()
+        tables[name] = {**shape["tables"][name], **figures,
+                        "freshness_ms": now_ms - announced.ts_ms if announced is not None else None,
+                        "dead_letters": sum(c.rows_rejected for c in kept if state.counts(c))}
+    jobs = {job_id: {**job, "own_p50_ms": report["jobs"].get(job_id, {}).get("own_p50_ms")}
+            for job_id, job in shape["jobs"].items()}
+    newest = sorted(state.barriers)[-timeline:]
+    committed = {b: sum(1 for t in catalog if b in state.completions.get(t, {})) for b in newest}
+    return {
+        "now_ms": now_ms,
+        "tables": tables,
+        "jobs": jobs,
+        "edges": shape["edges"],
+        "bottleneck": report["bottleneck"],
+        "barriers": [{"barrier": b, "ts_ms": state.barriers[b].ts_ms, "committed": committed[b], "of": len(catalog)}
+                     for b in newest],
+        "leases": [to_record(lease) for _, lease in sorted(state.leases.items())],
+        "rejections": rejections,
+    }
+
+
 def delays(state: MetaState, now_ms: int, liveness_ms: int, last: int = 100, since_ms: int | None = None) -> dict[str, Any]:
     """Per table and job: latest exact barrier, lag, delay p50/p99 over the last barriers; the
     bottleneck; each job's status as ``topology`` shows it."""

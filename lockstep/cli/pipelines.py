@@ -70,6 +70,7 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
                             follow_status=True, max_restarts=max_restarts)
     supervisor.start()
     click.echo(f"running {len(supervisor.queries)} job(s): {', '.join(supervisor.queries)} (Ctrl-C stops)")
+    click.echo(f"live page: {settings.page_url}")
     try:
         supervisor.run(threading.Event())
     except KeyboardInterrupt:

@@ -10,9 +10,9 @@ import pytest
 from coordinator.domain import BarrierAnnounced, BarrierCompleted, JobState, MetaState, TableState, fold_all
 from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
 from coordinator.domain.events import GenerationStart, JobStatus
+from coordinator.domain.pacer import Pacer
 from coordinator.domain.pacing import JobPace, committed_through, due_at, job_pace
 from coordinator.domain.pruning import prunable
-from coordinator.domain.pacer import Pacer
 
 ROOT = JobState("root", "events", external_topics=("x",))
 AGG = JobState("agg", "totals", sources=("events",))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.domain import BarrierAnnounced, BarrierCompleted, MetaState
+from coordinator.domain import AcquireLease, BarrierAnnounced, BarrierCompleted, MetaState
 from coordinator.stream import views
 from coordinator.stream.metrics import FoldMetrics, exposition
 from tests.support import metric_samples
@@ -45,3 +45,28 @@ def test_a_running_job_silent_past_the_liveness_window_shows_as_stalled(make_sta
     assert metrics[("lockstep_job_stalled", (("job", "amount_job"),))] == 1
     assert metrics[("lockstep_job_stalled", (("job", "ingest_shopping"),))] == 0
     assert state.jobs["amount_job"].status == "RUNNING"  # derived for display, never stored
+
+
+def test_the_pages_overview_has_freshness_dead_letters_timeline_leases_and_rejections(
+    make_state: Callable[..., MetaState],
+) -> None:
+    state = make_state(
+        BarrierAnnounced(1, 1_000),
+        BarrierAnnounced(2, 2_000),
+        BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4, rows_rejected=2, committed_at_ms=1_300),
+        BarrierCompleted("ingest_shopping", "shopping", 2, 0, 5, rows_rejected=1, committed_at_ms=2_300),
+        BarrierCompleted("amount_job", "user_item_amount", 1, 0, 1, committed_at_ms=1_600),
+        AcquireLease("r9", "lease-1", "reader", ("shopping",), 2, ttl_ms=10_000),
+        shopping_topology=True,
+    )
+    rejected = [{"at_ms": 2_400, "command": "RegisterJob", "request_id": "r10", "reason": "unknown table 'x'"}]
+    page = views.overview(state, 2_500, 30_000, rejected)
+    shopping, amount = page["tables"]["shopping"], page["tables"]["user_item_amount"]
+    assert (shopping["freshness_ms"], shopping["dead_letters"], shopping["lag_barriers"]) == (500, 3, 0)
+    assert (amount["freshness_ms"], amount["dead_letters"], amount["lag_barriers"]) == (1_500, 0, 1)
+    assert page["tables"]["user_item_price"]["freshness_ms"] is None  # nothing committed yet
+    assert page["barriers"] == [{"barrier": 1, "ts_ms": 1_000, "committed": 2, "of": 3},
+                                {"barrier": 2, "ts_ms": 2_000, "committed": 1, "of": 3}]
+    assert page["jobs"]["ingest_shopping"]["status"] == "RUNNING" and page["edges"]
+    assert [lease["lease_id"] for lease in page["leases"]] == ["lease-1"]
+    assert page["rejections"] == rejected

@@ -1,0 +1,67 @@
+"""The live page in a real browser (headless Chromium) on a running pipeline: a real worker,
+Kafka, and Spark jobs committing Delta tables."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from coordinator.settings import Settings
+from tests.support.barriers import wait_for_barrier
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PIPELINE = """
+CREATE TABLE clicks (user_id BIGINT, n BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
+CREATE MATERIALIZED VIEW per_user AS SELECT user_id, SUM(n) AS total FROM clicks GROUP BY user_id;
+"""
+
+
+def test_the_page_draws_a_running_pipeline_and_keeps_up(
+    run_pipeline: Callable[[str], Settings], make_topic: Callable, kafka_bootstrap: str,
+    make_browser: Callable, tmp_path: Path,
+) -> None:
+    topic = make_topic(partitions=1)
+    settings = run_pipeline(PIPELINE.format(topic=topic))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(20):
+        producer.produce(topic, json.dumps({"user_id": i % 4, "n": 1}).encode())
+    producer.produce(topic, b"{not json")  # one dead letter
+    producer.flush(10)
+    wait_for_barrier(settings, ["clicks", "per_user"], {0: 21}, topic)
+
+    browser = make_browser()
+    browser.get(settings.coordinator_url + "/")
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    # the graph: the topic, both tables, the edges between them
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#graph g.table[data-table='per_user']"))
+    assert browser.find_element(By.CSS_SELECTOR, "#graph g.topic").text.startswith(topic)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#graph path.edge")) == 2
+    assert "RUNNING" in browser.find_element(By.CSS_SELECTOR, "#graph g[data-table='clicks']").get_attribute("class")
+    # per table: a freshness in seconds, and the dead letter counted
+    freshness = "#tables tr[data-table='per_user'] td.freshness"
+    wait.until(lambda b: re.fullmatch(r"\d+\.\d s", b.find_element(By.CSS_SELECTOR, freshness).text))
+    cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#tables tr[data-table='clicks'] td")]
+    assert cells[0] == "clicks" and cells[3] == "RUNNING" and cells[-1] == "1", cells
+    # it updates itself: the newest barrier on the timeline moves on, and the plots draw (uPlot canvases)
+    newest = lambda b: b.find_elements(By.CSS_SELECTOR, "#timeline span")[-1].get_attribute("title")  # noqa: E731
+    first = newest(browser)
+    wait.until(lambda b: newest(b) != first)
+    wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".plots canvas")) == 3)
+    assert browser.find_element(By.ID, "error").get_attribute("hidden") is not None
+    shot = tmp_path / "page.png"
+    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+    # the page's files only: nothing outside its folder is served
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(settings.coordinator_url + "/page/..%2Fapp.py", timeout=10)
+    assert missing.value.code == 404
