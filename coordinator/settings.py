@@ -153,6 +153,7 @@ class Settings:
     spark_master: str = "local[2]"
     spark_log_level: str | None = None  # None: WARN (the demo's live view asks for ERROR)
     driver_jvm_options: str = ""  # more options for the Spark driver's JVM, e.g. -XX:TieredStopAtLevel=1
+    openlineage: str = ""  # where jobs send OpenLineage run events: console, file:PATH, http(s)://URL; "": nowhere
     crash_at: CrashAt | None = None
     compact_every: int = 100  # a job compacts its table's small files after every this many commits (0: never)
     vacuum_every_s: int = 600  # `lockstep run` vacuums its jobs' tables this often (0: never)
@@ -185,6 +186,7 @@ class Settings:
             spark_master=env.get("LOCKSTEP_SPARK_MASTER") or "local[2]",
             spark_log_level=_spark_log_level(env.get("LOCKSTEP_SPARK_LOG_LEVEL")),
             driver_jvm_options=_jvm_options(env.get("LOCKSTEP_DRIVER_JVM_OPTIONS", "")),
+            openlineage=_openlineage(env.get("LOCKSTEP_OPENLINEAGE", "")),
             crash_at=_crash_at(env.get("LOCKSTEP_CRASH_AT")),
             compact_every=_whole_number(env, "LOCKSTEP_COMPACT_EVERY", 100, minimum=0),
             vacuum_every_s=_whole_number(env, "LOCKSTEP_VACUUM_EVERY_S", 600, minimum=0),
@@ -349,6 +351,21 @@ def _jvm_options(raw: str) -> str:
         raise SettingsError(f"LOCKSTEP_DRIVER_JVM_OPTIONS={raw!r}: {', '.join(stray)} is not a JVM option; "
                             "give options that start with '-', e.g. LOCKSTEP_DRIVER_JVM_OPTIONS='-XX:TieredStopAtLevel=1'")
     return " ".join(options)
+
+
+def _openlineage(raw: str) -> str:
+    """``LOCKSTEP_OPENLINEAGE``: ``console``, ``file:PATH``, ``http(s)://host[:port][/path]`` or empty (off).
+
+    >>> _openlineage("http://marquez:5000"), _openlineage("")
+    ('http://marquez:5000', '')
+    """
+    value = raw.strip()
+    if value in ("", "console") or (value.startswith("file:") and len(value) > len("file:")):
+        return value
+    if value.startswith(("http://", "https://")) and len(value.split("://", 1)[1].strip("/")) > 0:
+        return value
+    raise SettingsError(f"LOCKSTEP_OPENLINEAGE={raw!r} is not a transport; set console, file:/path/to/events.jsonl "
+                        "or http://host:port (an OpenLineage endpoint, e.g. Marquez), or leave it empty for none")
 
 
 def _spark_log_level(raw: str | None) -> str | None:

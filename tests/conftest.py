@@ -23,7 +23,8 @@ from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.settings import Settings
 from tests.support import ROOT
 
-pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.support.pipelines", "tests.support.browser"]
+pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.support.pipelines", "tests.support.browser",
+                  "tests.support.http_sink"]
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ from coordinator.domain.work import BarrierWork
 from coordinator.settings import Settings
 from spark_jobs.ops.ctas_cleanup import CtasCleanup
 from spark_jobs.ops.hooks import JobEvent, JobHooks
+from spark_jobs.ops.openlineage_events import OpenLineageEvents
 from spark_jobs.ops.upkeep import TableUpkeep
 from spark_jobs.planning.pipeline import Job, Pipeline, RootTable
 from spark_jobs.planning.plans import plan_for
@@ -184,7 +185,8 @@ class Supervisor:
     _upkeep: TableUpkeep | None = None
 
     def __post_init__(self) -> None:
-        self.hooks = [CtasCleanup(Storage(self.spark), self.settings, self.report), *self.hooks]
+        lineage = [OpenLineageEvents(self.settings, self.pipeline)] if self.settings.openlineage else []
+        self.hooks = [CtasCleanup(Storage(self.spark), self.settings, self.report), *lineage, *self.hooks]
 
     def start(self) -> None:
         jobs = select_jobs(self.pipeline, self.only)
