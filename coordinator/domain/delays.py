@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
+from coordinator.domain.events import CutEntry
 from coordinator.domain.state import MetaState
 
 N = TypeVar("N", int, float)
@@ -128,3 +129,34 @@ def _bottleneck(state: MetaState, tables: dict[str, Any], jobs: dict[str, Any]) 
             frontier.extend(writer.sources)
     candidates = [j for j in upstream if j in jobs and jobs[j]["own_p50_ms"] is not None]
     return max(candidates, key=lambda j: (jobs[j]["own_p50_ms"], j), default=None)
+
+
+def kafka_backlog(state: MetaState, ends: Iterable[CutEntry]) -> dict[str, int]:
+    """Per root table with a running job: records in its topics (``ends``: each partition's end
+    offset now) past where its newest exact point's reading ended (its completion's ranges, else
+    that barrier's cut), i.e. what its job still has to read; from offset 0 before any.
+
+    >>> from coordinator.domain import BarrierCompleted, JobState, TableState, fold_all
+    >>> from coordinator.domain.events import OffsetRange
+    >>> s = fold_all([TableState("t", "root"), JobState("j", "t", external_topics=("x",)),
+    ...               BarrierCompleted("j", "t", 1, 0, 3, source_offsets=(OffsetRange("x", 0, 0, 40),))])
+    >>> kafka_backlog(s, [CutEntry("x", 0, 100), CutEntry("x", 1, 5)])
+    {'t': 65}
+    """
+    by_topic: dict[str, list[CutEntry]] = {}
+    for end in ends:
+        by_topic.setdefault(end.topic, []).append(end)
+    out: dict[str, int] = {}
+    for job in state.active_jobs():
+        if not job.external_topics:
+            continue
+        read_to: dict[tuple[str, int], int] = {}
+        newest = state.latest_exact(job.sink)
+        done = state.completions.get(job.sink, {}).get(newest) if newest is not None else None
+        for cut in state.barriers[newest].cut if newest in state.barriers else ():
+            read_to[(cut.topic, cut.partition)] = cut.offset
+        for part in done.source_offsets if done is not None else ():
+            read_to[(part.topic, part.partition)] = part.end
+        out[job.sink] = sum(max(0, end.offset - read_to.get((end.topic, end.partition), 0))
+                            for topic in job.external_topics for end in by_topic.get(topic, ()))
+    return out

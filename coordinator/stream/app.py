@@ -270,13 +270,18 @@ def create_app(settings: Settings) -> LockstepApp:
         if (busy := _state_or_503(web)) is not None:
             return busy
 
-        def text(c: Coordinator) -> bytes:
+        def text(c: Coordinator, backlog: dict[str, int] | None) -> bytes:
             stats = c.follower.reader.stats
             counters = {**asdict(c.counters), "events_folded": stats.events_folded, "decode_errors": stats.decode_errors,
                         "unknown_entities": stats.unknown_entities, "invalid_records": stats.invalid_records}
-            return exposition(c.metrics, c.state, counters, *liveness())
+            return exposition(c.metrics, c.state, counters, *liveness(), backlog)
 
-        return web.bytes(await under_lock(text), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+        try:
+            backlog: dict[str, int] | None = await asyncio.get_running_loop().run_in_executor(None, coordinator().kafka_backlog)
+        except Exception as exc:  # noqa: BLE001 - Kafka unreachable: the scrape still answers, without the backlog
+            log.warning("no Kafka backlog for /metrics: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            backlog = None
+        return web.bytes(await under_lock(lambda c: text(c, backlog)), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     return app
 

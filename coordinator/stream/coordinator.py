@@ -36,6 +36,7 @@ from coordinator.domain import (
 )
 from coordinator.domain.barriers import BarrierConfig
 from coordinator.domain.decide import abandon_pending_tables
+from coordinator.domain.delays import kafka_backlog
 from coordinator.domain.events import split_key
 from coordinator.domain.pacer import Pacer
 from coordinator.domain.pruning import prunable
@@ -202,6 +203,15 @@ class Coordinator:
         if not request:
             return []
         return [CutEntry(tp.topic, tp.partition, offset) for tp, offset in self.offsets.latest(request, committed=True).items()]
+
+    def kafka_backlog(self) -> dict[str, int]:
+        """Per root table, the records its job has still to read (``delays.kafka_backlog``): the
+        topics' end offsets asked of Kafka now, outside the state's lock."""
+        with self.follower.reader.lock:
+            topics = sorted({t for j in self.state.active_jobs() for t in j.external_topics})
+        ends = self.cut(topics)
+        with self.follower.reader.lock:
+            return kafka_backlog(self.state, ends)
 
     def tick_barrier(self) -> BarrierAnnounced | None:
         """Announce the next barrier if it is due; called every ``TICK_MS`` on the leader. The

@@ -9,8 +9,9 @@ Two kinds of figures:
   table, generation and barrier;
 * **read from the state** at each scrape (``state_families``): the newest barrier, the state's
   size, per table the barriers not yet committed and its freshness (now minus the time of its
-  newest exact barrier: it keeps growing while a job stalls), per job whether it is STALLED, and
-  the worker's own counters.
+  newest exact barrier: it keeps growing while a job stalls), per root table its Kafka backlog
+  (records its job has still to read; the worker asks Kafka for the end offsets), per job whether
+  it is STALLED, and the worker's own counters.
 
 Example::
 
@@ -69,8 +70,10 @@ class FoldMetrics:
         self.rows_committed.labels(event.table).inc(event.rows_out)
 
 
-def state_families(state: MetaState, counters: Mapping[str, int], now_ms: int, liveness_ms: int) -> Iterator[Any]:
-    """The figures read from the state and the worker's counters, as metric families."""
+def state_families(state: MetaState, counters: Mapping[str, int], now_ms: int, liveness_ms: int,
+                   backlog: Mapping[str, int] | None = None) -> Iterator[Any]:
+    """The figures read from the state and the worker's counters (and ``backlog``, per root
+    table the records its job has still to read), as metric families."""
     yield GaugeMetricFamily("lockstep_last_barrier", "Newest announced barrier id.", value=state.last_barrier())
     yield GaugeMetricFamily("lockstep_state_records", "Records of the coordinator's state (pruning keeps it bounded).",
                             value=state.records())
@@ -94,6 +97,13 @@ def state_families(state: MetaState, counters: Mapping[str, int], now_ms: int, l
             fresh.add_metric([table], max(0, now_ms - announced.ts_ms) / 1000)
     yield lag
     yield fresh
+    if backlog is not None:
+        behind = GaugeMetricFamily("lockstep_kafka_backlog_records", "Records in a root table's Kafka topics that its "
+                                   "newest exact barrier does not hold yet: what its job has still to read.",
+                                   labels=["table"])
+        for table, records in sorted(backlog.items()):
+            behind.add_metric([table], records)
+        yield behind
     for name, value in sorted(counters.items()):
         yield CounterMetricFamily(f"lockstep_{name}", f"The worker's {name.replace('_', ' ')} since it started.",
                                   value=value)
@@ -108,8 +118,8 @@ class _Snapshot(Collector):
 
 
 def exposition(metrics: FoldMetrics, state: MetaState, counters: Mapping[str, int], now_ms: int,
-               liveness_ms: int) -> bytes:
-    """The Prometheus text exposition of everything above."""
+               liveness_ms: int, backlog: Mapping[str, int] | None = None) -> bytes:
+    """The Prometheus text exposition of everything above (no backlog gauge without ``backlog``)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(list(state_families(state, counters, now_ms, liveness_ms))))
+    registry.register(_Snapshot(list(state_families(state, counters, now_ms, liveness_ms, backlog))))
     return generate_latest(registry) + generate_latest(metrics.registry)

@@ -32,6 +32,7 @@ from coordinator.domain import (
     Tombstone,
     entity_key,
 )
+from coordinator.domain.events import OffsetRange
 from coordinator.settings import Settings
 from coordinator.stream.app import create_app
 from tests.support import ROOT, wait_until
@@ -90,8 +91,9 @@ def test_emit_without_a_coordinator_exits_3(lockstep_cli: Callable) -> None:
     assert "lockstep worker" in result.stderr
 
 
-def test_barrier_cut_covers_external_topics(
-    make_worker: Callable, lockstep_cli: Callable, make_topic: Callable, kafka_bootstrap: str
+def test_barrier_cut_covers_external_topics_and_metrics_show_the_backlog(
+    make_worker: Callable, lockstep_cli: Callable, make_topic: Callable, kafka_bootstrap: str,
+    coordinator_env: dict[str, str],
 ) -> None:
     source = make_topic(partitions=2)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
@@ -103,6 +105,19 @@ def test_barrier_cut_covers_external_topics(
     assert lockstep_cli("emit", "register-job", "j", "--sink", "t", "--topics", source).returncode == 0
     barrier = wait_until(lambda: next((b for b in worker.get("/barriers?limit=100000") if b["cut"]), None), "a cut", timeout=30)
     assert sorted((c["topic"], c["partition"], c["offset"]) for c in barrier["cut"]) == [(source, 0, 5), (source, 1, 5)]
+    # the job has read nothing yet: the whole topic is its backlog; once its completion of the
+    # barrier is in, only what came after the cut
+    wait_until(lambda: worker.metric("lockstep_kafka_backlog_records", table="t") == 10, "a backlog of 10", timeout=30)
+    settings = Settings.from_env(coordinator_env)
+    done = BarrierCompleted("j", "t", barrier["barrier"], 0, 1, rows_in=10, committed_at_ms=barrier["ts_ms"] + 100,
+                            source_offsets=(OffsetRange(source, 0, 0, 5), OffsetRange(source, 1, 0, 5)))
+    publisher = Producer(settings.kafka_config())
+    publisher.produce(Topics(settings.topic_prefix).completions, key=entity_key(done).encode(),
+                      value=default_codec().encode(done))
+    for _ in range(3):
+        publisher.produce(source, partition=0, value=b"y")
+    assert publisher.flush(10) == 0
+    wait_until(lambda: worker.metric("lockstep_kafka_backlog_records", table="t") == 3, "a backlog of 3", timeout=30)
 
 
 def test_ten_thousand_mixed_events_then_replay_verify(
