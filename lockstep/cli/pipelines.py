@@ -29,9 +29,11 @@ from lockstep.cli.common import echo_json, format_option, load, send
               help="Spark master to run the jobs on, e.g. spark://127.0.0.1:7077 (default: LOCKSTEP_SPARK_MASTER, local[2]).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", callback=lambda _c, _p, v: spark_confs(v),
               help="A Spark setting for the jobs' session, as spark-submit's --conf; repeatable.")
+@click.option("--metrics-address", default=None, metavar="HOST:PORT",
+              help="Serve the jobs' own per-barrier figures (Prometheus) at http://HOST:PORT/metrics, e.g. 127.0.0.1:9108.")
 @click.pass_obj
 def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_restarts: int | None, master: str | None,
-        confs: dict[str, str]) -> None:
+        confs: dict[str, str], metrics_address: str | None) -> None:
     """Register a pipeline's tables and jobs with the coordinator, then run its jobs.
 
     Any rejection is printed and nothing starts. Each job is its own streaming query with
@@ -46,11 +48,17 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
     `lockstep revise TABLE --to-barrier B` recomputes the barriers after B with it.
 
     It says when each job committed its first barrier, and while a job is far behind (a restart
-    after a while) how it catches up. Exit 0 once every job was stopped (`lockstep stop`), 1 if
-    one ended FAILED (--max-restarts), 130 on Ctrl-C.
+    after a while) how it catches up, and where its live page is. With --metrics-address the jobs'
+    own figures per barrier (time per phase, commits, restarts) are served for Prometheus. Exit 0
+    once every job was stopped (`lockstep stop`), 1 if one ended FAILED (--max-restarts), 130 on
+    Ctrl-C.
     """
     from spark_jobs.ops.runner import Supervisor, register_pipeline
+    from spark_jobs.runtime.job_metrics import serve
     from spark_jobs.runtime.session import build_session
+
+    if metrics_address is not None:
+        serve(metrics_address)  # first: a bad or busy address is said before anything starts
 
     pipeline = load(pipeline_file)
     known = {j.job_id for j in pipeline.jobs} | {j.sink for j in pipeline.jobs}
@@ -71,6 +79,8 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
     supervisor.start()
     click.echo(f"running {len(supervisor.queries)} job(s): {', '.join(supervisor.queries)} (Ctrl-C stops)")
     click.echo(f"live page: {settings.page_url}")
+    if metrics_address is not None:
+        click.echo(f"the jobs' metrics: http://{metrics_address}/metrics")
     try:
         supervisor.run(threading.Event())
     except KeyboardInterrupt:

@@ -36,6 +36,7 @@ from spark_jobs.runtime.commits import CompletionPublisher
 from spark_jobs.runtime.epochs import TRIGGER_MS, register_barrier_source, settings_options
 from spark_jobs.runtime.ingest import RootIngestion, kafka_source_options
 from spark_jobs.runtime.ivm import TableMaintainer
+from spark_jobs.runtime.job_metrics import job_metrics
 from spark_jobs.runtime.storage import Storage
 
 
@@ -234,6 +235,7 @@ class Supervisor:
                 delay = min(self.max_backoff, 2.0 ** (self.failures[job_id] - 1))
                 self._retry_at[job_id] = now + delay
                 self.report(f"job {job_id} failed (the others keep running); restart in {delay:.0f} s: {first_line}")
+                job_metrics.restarts.labels(job_id).inc()
                 self._tell("on_failed", JobEvent(job_id, job.sink, JobStatus.RUNNING, error=first_line))
             elif now >= self._retry_at[job_id]:
                 del self._retry_at[job_id]

@@ -29,6 +29,7 @@ from coordinator.faults import crash_point
 from coordinator.settings import CrashAt, Settings
 from spark_jobs.runtime.catalog import register_table
 from spark_jobs.runtime.delta_log import align_log_retention, newest_commit, parse_metadata, prepare_next_write
+from spark_jobs.runtime.job_metrics import job_metrics
 from spark_jobs.runtime.session import session_conf, spark_error
 from spark_jobs.runtime.stopwatch import Stopwatch
 from spark_jobs.runtime.storage import Storage
@@ -278,4 +279,5 @@ class CompletionPublisher:
         if self.producer.flush(30) != 0 or delivered.errors:
             raise RuntimeError(f"could not publish the completion of {table}@{barrier} to {self.topic}: "
                                f"{'; '.join(delivered.errors) or 'not delivered within 30 s'}")
+        job_metrics.committed(fact)
         return fact

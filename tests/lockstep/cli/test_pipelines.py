@@ -1,5 +1,5 @@
 """``lockstep run``'s exit codes, as a shell sees them: 1 once a job ended FAILED, 130 on Ctrl-C,
-each after its jobs were stopped."""
+each after its jobs were stopped; and what it serves while it runs (the jobs' own metrics)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,9 +16,10 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
+from coordinator.dev.broker import free_port
 from coordinator.settings import Settings
 from lockstep.cli import cli
-from tests.support import ROOT, wait_until
+from tests.support import ROOT, metric_samples, wait_until
 from tests.support.barriers import wait_for_barrier
 from tests.support.supervising import KeyedRecords
 
@@ -52,7 +54,9 @@ def test_ctrl_c_stops_the_jobs_and_exits_130(make_worker: Callable, make_topic: 
     pipeline = tmp_path / "pipeline.sql"
     pipeline.write_text(ROOT_TABLE.format(topic=topic))
     env = {**worker.env, "LOCKSTEP_WAREHOUSE": str(tmp_path / "wh"), "PYSPARK_PYTHON": sys.executable}
-    run = subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline)], env=env, stdout=subprocess.PIPE,
+    metrics = f"127.0.0.1:{free_port()}"  # the jobs' own figures
+    run = subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline), "--metrics-address", metrics],
+                           env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(run.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
@@ -62,6 +66,12 @@ def test_ctrl_c_stops_the_jobs_and_exits_130(make_worker: Callable, make_topic: 
                    "the job's first commit", 180)
         assert run.poll() is None, "".join(lines)[-3000:]
         assert any(line.startswith("Spark session up in ") for line in lines)
+        assert any(line.startswith(f"live page: {worker.url}") for line in lines)
+        with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as response:
+            figures = metric_samples(response.read().decode())
+        assert figures[("lockstep_job_barriers_committed_total", (("job", "ingest_events"),))] >= 1
+        assert figures[("lockstep_job_commit_seconds_count", (("job", "ingest_events"),))] >= 1
+        assert any(name == "lockstep_job_phase_seconds_count" for name, _ in figures)
         os.killpg(run.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
         assert run.wait(120) == 130, "".join(lines)[-3000:]
     finally:
