@@ -23,13 +23,14 @@ ALLOWED: dict[str, tuple[str, ...] | None] = {
     "coordinator.settings": ("coordinator.domain",),
     "coordinator.faults": ("coordinator.settings",),
     "coordinator.codec": ("coordinator.domain",),
+    "coordinator.columns": (),  # column lineage from SQL (sqlglot): shared by the worker's page and the data plane
     "coordinator.client": ("coordinator.domain", "coordinator.codec", *BASE),
-    "coordinator.stream": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),
+    "coordinator.stream": ("coordinator.domain", "coordinator.codec", "coordinator.client", "coordinator.columns", *BASE),
     "coordinator.dev": ("coordinator.domain.errors", "coordinator.client", *BASE),
     "coordinator.replay": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),
     "spark_jobs": (),  # the package's docstring only
     # the data plane, by audience: planning <- runtime <- ops <- api <- demo
-    "spark_jobs.planning": ("coordinator.domain",),
+    "spark_jobs.planning": ("coordinator.domain", "coordinator.columns"),
     "spark_jobs.runtime": (*DATA_PLANE_BASE, "spark_jobs.planning"),
     "spark_jobs.ops": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime"),
     "spark_jobs.api": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime", "spark_jobs.ops"),

@@ -251,7 +251,7 @@ def create_app(settings: Settings) -> LockstepApp:
     async def overview_view(web: View, request: Request) -> Response:
         if (busy := _state_or_503(web)) is not None:
             return busy
-        return web.json(await under_lock(lambda c: views.overview(c.state, *liveness(), list(c.rejections))))
+        return web.json(await under_lock(lambda c: views.overview(c.state, *liveness(), list(c.rejections), c.started_at_ms)))
 
     @app.page("/")
     async def page_view(web: View, request: Request) -> Response:

@@ -85,6 +85,7 @@ class Coordinator:
         self._planned_at_ms = 0
         self._pacer = Pacer(self.barrier_config)  # the clock's plan, kept between ticks
         self.rejections: deque[dict[str, object]] = deque(maxlen=REJECTIONS_KEPT)  # the newest, for the page
+        self.started_at_ms = now_ms()  # the page's delays count this worker's time only
 
     def start(self) -> None:
         self.follower.start()

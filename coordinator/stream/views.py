@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator.columns import column_sources, ddl_columns
 from coordinator.domain import MetaState
 from coordinator.domain.delays import delay_report
 from coordinator.domain.records import to_record
@@ -43,13 +44,16 @@ def barriers(state: MetaState, start: int, limit: int) -> list[dict[str, Any]]:
 
 
 def overview(state: MetaState, now_ms: int, liveness_ms: int, rejections: list[dict[str, Any]],
-             timeline: int = 30) -> dict[str, Any]:
+             since_ms: int | None = None, timeline: int = 30) -> dict[str, Any]:
     """What the live page (``/``) shows, in one body so one poll renders it: per table its kind,
     writer, freshness (now - its newest exact barrier's time), staleness a reader sees, lag, E2E
     delay and rows sent to its dead-letter table (over the barriers kept); per job its status,
-    inputs and time per barrier; the bottleneck; the newest ``timeline`` barriers with how many
-    tables committed each; open leases; and this worker's recent command rejections."""
-    report = delays(state, now_ms, liveness_ms)
+    inputs and time per barrier; the bottleneck; per maintained table the source columns of each
+    of its columns (``coordinator.columns``, from the root tables' DDL and the jobs' queries); the
+    newest ``timeline`` barriers with how many tables committed each; open leases; and this
+    worker's recent command rejections. Delays and staleness count the barriers announced since
+    ``since_ms`` (the worker's start: a pipeline stopped for an hour before is not this run's)."""
+    report = delays(state, now_ms, liveness_ms, since_ms=since_ms)
     shape = topology(state, now_ms, liveness_ms)
     catalog = state.catalog()
     tables: dict[str, Any] = {}
@@ -71,6 +75,9 @@ def overview(state: MetaState, now_ms: int, liveness_ms: int, rejections: list[d
         "jobs": jobs,
         "edges": shape["edges"],
         "bottleneck": report["bottleneck"],
+        "columns": column_sources(
+            tuple((n, ddl_columns(t.schema)) for n, t in sorted(state.tables.items()) if t.schema),
+            tuple(sorted((j.sink, j.sql) for j in state.active_jobs() if j.sql))),
         "barriers": [{"barrier": b, "ts_ms": state.barriers[b].ts_ms, "committed": committed[b], "of": len(catalog)}
                      for b in newest],
         "leases": [to_record(lease) for _, lease in sorted(state.leases.items())],

@@ -102,6 +102,14 @@ function drawTables(data) {
       [String(t.dead_letters), "num"]]);
   });
   $("#tables tbody").replaceChildren(...rows);
+  const lineage = [];
+  for (const [table, columns] of Object.entries(data.columns || {}).sort()) {
+    if (columns === null) { lineage.push(cells(table, [[`${table}.*`], ["unknown (it reads a table not declared here)"]])); continue; }
+    for (const [column, sources] of Object.entries(columns)) {
+      lineage.push(cells(table, [[`${table}.${column}`], [sources.length ? sources.join(", ") : "(no source column)"]]));
+    }
+  }
+  $("#columns tbody").replaceChildren(...lineage);
   const now = data.now_ms;
   $("#leases tbody").replaceChildren(...data.leases.map((l) =>
     cells(null, [[l.lease_id], [l.holder], [String(l.barrier)], [fmt(l.expires_at_ms - now), "num"]])));

@@ -52,6 +52,10 @@ def test_the_page_draws_a_running_pipeline_and_keeps_up(
     wait.until(lambda b: re.fullmatch(r"\d+\.\d s", b.find_element(By.CSS_SELECTOR, freshness).text))
     cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#tables tr[data-table='clicks'] td")]
     assert cells[0] == "clicks" and cells[3] == "RUNNING" and cells[-1] == "1", cells
+    # column lineage, from the SQL the worker holds
+    lineage = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+               for tr in browser.find_elements(By.CSS_SELECTOR, "#columns tbody tr")]
+    assert lineage == [["per_user.user_id", "clicks.user_id"], ["per_user.total", "clicks.n"]], lineage
     # it updates itself: the newest barrier on the timeline moves on, and the plots draw (uPlot canvases)
     newest = lambda b: b.find_elements(By.CSS_SELECTOR, "#timeline span")[-1].get_attribute("title")  # noqa: E731
     first = newest(browser)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.domain import AcquireLease, BarrierAnnounced, BarrierCompleted, MetaState
+from coordinator.domain import AcquireLease, BarrierAnnounced, BarrierCompleted, DeclareTable, MetaState, RegisterJob
 from coordinator.stream import views
 from coordinator.stream.metrics import FoldMetrics, exposition
 from tests.support import metric_samples
@@ -54,7 +54,7 @@ def test_the_pages_overview_has_freshness_dead_letters_timeline_leases_and_rejec
         BarrierAnnounced(1, 1_000),
         BarrierAnnounced(2, 2_000),
         BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4, rows_rejected=2, committed_at_ms=1_300),
-        BarrierCompleted("ingest_shopping", "shopping", 2, 0, 5, rows_rejected=1, committed_at_ms=2_300),
+        BarrierCompleted("ingest_shopping", "shopping", 2, 0, 5, rows_rejected=1, committed_at_ms=2_450),
         BarrierCompleted("amount_job", "user_item_amount", 1, 0, 1, committed_at_ms=1_600),
         AcquireLease("r9", "lease-1", "reader", ("shopping",), 2, ttl_ms=10_000),
         shopping_topology=True,
@@ -70,3 +70,22 @@ def test_the_pages_overview_has_freshness_dead_letters_timeline_leases_and_rejec
     assert page["jobs"]["ingest_shopping"]["status"] == "RUNNING" and page["edges"]
     assert [lease["lease_id"] for lease in page["leases"]] == ["lease-1"]
     assert page["rejections"] == rejected
+    assert page["columns"] == {}  # the shopping topology of these tests has no queries
+    assert shopping["e2e_p50_ms"] == 300  # barriers 1 (300 ms) and 2 (450 ms)
+    assert views.overview(state, 2_500, 30_000, [], since_ms=1_500)["tables"]["shopping"]["e2e_p50_ms"] == 450
+
+
+def test_the_overview_traces_columns_from_the_root_tables_ddl_and_the_jobs_queries(
+    make_state: Callable[..., MetaState],
+) -> None:
+    state = make_state(
+        DeclareTable("r1", "orders", "root", schema="`user_id` BIGINT, `amount` BIGINT"),
+        DeclareTable("r2", "spend", "intermediate", ctas=True),
+        DeclareTable("r3", "top", "intermediate", ctas=True),
+        RegisterJob("r4", "ingest_orders", "orders", external_topics=("orders",)),
+        RegisterJob("r5", "maintain_spend", "spend", sources=("orders",),
+                    sql="SELECT user_id, SUM(amount) AS total FROM orders GROUP BY user_id"),
+        RegisterJob("r6", "maintain_top", "top", sources=("spend",), sql="SELECT MAX(total) AS best FROM spend"),
+    )
+    assert views.overview(state, 0, 30_000, [])["columns"] == {
+        "spend": {"user_id": ["orders.user_id"], "total": ["orders.amount"]}, "top": {"best": ["spend.total"]}}
