@@ -13,7 +13,7 @@ from coordinator.client.rest import get_json
 from coordinator.domain.errors import LockstepError
 from coordinator.domain.events import END_STATUSES, JobStatus, TableKind
 from coordinator.settings import Settings
-from lockstep.cli.common import delay_tables
+from lockstep.cli.common import delay_tables, echo_json, format_option
 
 
 @click.command()
@@ -117,13 +117,21 @@ def barriers_tail(settings: Settings, from_beginning: bool, count: int | None, f
 
 @click.command("replay")
 @click.option("--verify", is_flag=True, help="Compare with the live coordinator's /state; exit 1 on any difference.")
+@format_option()
 @click.pass_obj
-def replay_command(settings: Settings, verify: bool) -> None:
+def replay_command(settings: Settings, verify: bool, fmt: str) -> None:
     """Rebuild the state from the state topics with the same fold and print its hash."""
     from coordinator.replay import replay
 
     result = replay(settings, verify=verify)
     s = result.stats
+    if fmt == "json":
+        echo_json({"events_folded": s.events_folded, "decode_errors": s.decode_errors, "state_hash": result.state_hash,
+                   "verified": result.verified if verify else None, "live_hash": result.live_hash if verify else None,
+                   "differences": list(result.differences) if verify else []})
+        if verify and not result.verified:
+            raise LockstepError(f"MISMATCH: live coordinator has {result.live_hash}")
+        return
     click.echo(f"replayed {s.events_folded} events ({s.decode_errors} undecodable skipped) state hash {result.state_hash}")
     if verify:
         if result.verified:

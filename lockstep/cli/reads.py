@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -15,7 +16,7 @@ from coordinator.client.rest import get_json
 from coordinator.domain.errors import LockstepError, Unreachable, check_known
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
-from lockstep.cli.common import parse_when
+from lockstep.cli.common import echo_json, format_option, parse_when
 
 LEVEL_CHOICE = click.Choice([level.value for level in ReadLevel])
 
@@ -110,9 +111,10 @@ def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
                    "(default: LOCKSTEP_RETAIN_BARRIERS, else 100; 0 keeps only what someone needs now).")
 @click.option("--list-files", "show_files", default=20, show_default=True, type=click.IntRange(0),
               help="Print at most this many file names per table.")
+@format_option()
 @click.pass_obj
 def vacuum(settings: Settings, tables: tuple[str, ...], dry_run: bool, retain_barriers: int | None,
-           show_files: int) -> None:
+           show_files: int, fmt: str) -> None:
     """Delete old Delta files of TABLES (default: every table) that nobody needs any more.
 
     A version stays readable while a repeatable-read lease holds it, a running job reads from
@@ -133,6 +135,9 @@ def vacuum(settings: Settings, tables: tuple[str, ...], dry_run: bool, retain_ba
     check_known(tables, state.tables)
     spark = build_session("lockstep-vacuum", settings=settings)
     reports = vacuum_tables(spark, settings, tables, retain_barriers, dry_run, state=state)
+    if fmt == "json":  # every file, whatever --list-files says
+        echo_json({"tables": [dataclasses.asdict(report) for report in reports]})
+        return
     for report in reports:
         if report.floor is None:
             click.echo(f"{report.table}: no Delta table yet; nothing to vacuum")

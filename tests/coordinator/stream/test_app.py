@@ -3,6 +3,7 @@ real worker process on a real broker: commands, replay, restarts, failover."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -156,6 +157,8 @@ def test_ten_thousand_mixed_events_then_replay_verify(
     result = lockstep_cli("replay", "--verify", url=worker.url)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verified: identical to the live coordinator" in result.stdout
+    as_json = json.loads(lockstep_cli("replay", "--verify", "--format", "json", url=worker.url).stdout)
+    assert as_json["verified"] is True and as_json["decode_errors"] == garbage and len(as_json["state_hash"]) == 64
     assert worker.metric("lockstep_decode_errors_total") == garbage, "undecodable records are counted, not fatal"
     assert worker.get("/health")["status"] == "ok"
 

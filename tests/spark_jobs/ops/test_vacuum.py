@@ -3,6 +3,7 @@ repeatable-read snapshot keeps reading its versions and the running jobs keep co
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +62,12 @@ def test_vacuum_keeps_what_a_repeatable_read_snapshot_and_the_jobs_need(
         assert f"keeps version {held}: lease {snap.lease_id}" in dry.stdout, dry.stdout
         assert "would delete" in dry.stdout and "would delete 0 file" not in dry.stdout, dry.stdout
         assert data_files(settings, "sums") == files  # a dry run deletes nothing
+        as_json = run_lockstep("vacuum", "sums", "--dry-run", "--retain-barriers", "0", "--format", "json", env=env,
+                               timeout=300)
+        assert as_json.returncode == 0, as_json.stderr[-2000:]
+        (table,) = json.loads(as_json.stdout)["tables"]
+        assert (table["table"], table["floor"], table["dry_run"]) == ("sums", held, True) and table["files"]
+        assert any(k["version"] == held and k["reason"].startswith(f"lease {snap.lease_id}") for k in table["keeps"])
 
         (report,) = vacuum(spark, settings, ["sums"], retain_barriers=0)
         assert report.floor == held and report.files and not report.dry_run
