@@ -19,7 +19,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import faust
 from faust.auth import Credentials, SASLCredentials, SSLCredentials
@@ -29,7 +29,7 @@ from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_excepti
 
 from coordinator.client.clock import now_ms
 from coordinator.client.topics import Topics, ensure_topics
-from coordinator.domain.errors import Rejected
+from coordinator.domain.errors import ExitCode, Rejected
 from coordinator.domain.snapshot import ReadLevel, resolve_snapshot
 from coordinator.settings import KafkaSecurity, Settings
 from coordinator.stream import views
@@ -57,6 +57,25 @@ class LockstepApp(faust.App):
         if created:
             log.info("created topics: %s", ", ".join(created))
         await super().on_first_start()
+
+
+class LockstepWorker(faust.Worker):
+    """Faust's worker, exiting 130 after Ctrl-C (SIGINT) as every Lockstep command does (Faust
+    exits 0): a shell or supervisor can tell an interrupted worker from one that ended."""
+
+    interrupted = False
+
+    def _on_sigint(self) -> None:
+        self.interrupted = True
+        super()._on_sigint()
+
+    def execute_from_commandline(self) -> NoReturn:
+        try:
+            super().execute_from_commandline()
+        except SystemExit as exc:
+            if self.interrupted and exc.code in (0, None):
+                raise SystemExit(ExitCode.INTERRUPTED) from None
+            raise
 
 
 def broker_credentials(security: KafkaSecurity) -> Credentials | None:
@@ -89,6 +108,7 @@ def create_app(settings: Settings) -> LockstepApp:
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
         datadir=str(datadir),
+        Worker=LockstepWorker,
     )
     commands_topic = app.topic(topics.commands, key_type=bytes, value_type=bytes)
     ready = asyncio.Event()

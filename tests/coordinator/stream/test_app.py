@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -193,6 +194,13 @@ def test_metrics_count_rows_and_delays_per_table_and_freshness_grows_while_nothi
     assert fresh is not None and fresh >= first + 1  # nothing commits: the table grows staler, visibly
     lag = worker.metric("lockstep_barrier_lag", table="t")
     assert lag is not None and lag >= 1
+
+
+def test_ctrl_c_stops_a_worker_with_exit_130(make_worker: Callable) -> None:
+    worker = make_worker()
+    assert worker.proc is not None
+    worker.proc.send_signal(signal.SIGINT)  # Faust alone would exit 0
+    assert worker.proc.wait(60) == 130
 
 
 def test_kill9_and_restart_keeps_state_and_barrier_ids_continue(
