@@ -246,7 +246,7 @@ class ChangeLog:
     True
     """
 
-    LIMIT = 100_000
+    LIMIT = 10_000  # the leader reads it every tick; a reader that falls further behind replans all
 
     def __init__(self) -> None:
         self.seq = 0
