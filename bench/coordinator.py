@@ -368,13 +368,15 @@ def bench_topology(barriers: int, retain: int) -> None:
     replanning whenever facts arrived since the last tick, as the worker does: with the
     ``Pacer`` the leader keeps (what changed replanned), and from scratch (``next_due``, the
     baseline in the same run); plus the announcement (``plan_barrier``) and a read-committed
-    ``/snapshot`` of two tables (the same query in both) and of every table, medians of 300."""
+    ``/snapshot`` of two tables (the same query in both) and of every table, medians of 300, and
+    the live page's ``/overview`` (median of 20)."""
     from coordinator.domain import MetaState, fold
     from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
     from coordinator.domain.events import CutEntry, SourceVersion
     from coordinator.domain.pacer import Pacer
     from coordinator.domain.pruning import prunable
     from coordinator.domain.snapshot import resolve_snapshot
+    from coordinator.stream import views
 
     config = BarrierConfig(interval_ms=1000, max_inflight=10**9)
     ticks_per_barrier = 20  # a 50 ms tick, 1 s barriers
@@ -448,6 +450,11 @@ def bench_topology(barriers: int, retain: int) -> None:
             resolve_snapshot(state, names)
             timings["pair"].append(t1 - t0)
             timings["all"].append(time.perf_counter() - t1)
+        timings["overview"] = []
+        for _ in range(20):  # what the live page asks once a second (the worker holds the state's lock meanwhile)
+            t0 = time.perf_counter()
+            views.overview(state, (barriers + 31) * 1000, config.liveness_ms, [])
+            timings["overview"].append(time.perf_counter() - t0)
         return {"records": state.records(), "replans": len(replans) / 30, "tick": statistics.median(replans) * 1000,
                 "facts": folded / len(replans), "per_fact": sum(replans) / folded * 1000,
                 "announce": statistics.median(announces) * 1000, "barrier": statistics.median(per_barrier) * 1000,
@@ -458,7 +465,8 @@ def bench_topology(barriers: int, retain: int) -> None:
     rows = (("records", "state records"), ("replans", "replans per barrier"), ("facts", "facts arrived per replan"),
             ("tick", "replan (tick) (ms)"), ("per_fact", "replan time per fact arrived (ms)"),
             ("announce", "announce (ms)"), ("barrier", "leader CPU per barrier (ms)"),
-            ("pair", "/snapshot of 2 tables (ms)"), ("all", "/snapshot of every table (ms)"))
+            ("pair", "/snapshot of 2 tables (ms)"), ("all", "/snapshot of every table (ms)"),
+            ("overview", "/overview, the page's poll (ms)"))
     for label, pacer_of in (("from scratch (baseline)", lambda: None), ("with the leader's Pacer", lambda: Pacer(config))):
         small, large = measure(shape(1, 2), pacer_of()), measure(shape(10, 9), pacer_of())
         print(f"\n{label:34}{'3 tables, 3 jobs':>18}{'100 tables, 100 jobs':>22}{'ratio':>8}")

@@ -37,7 +37,9 @@ def column_sources(schemas: Schemas, queries: tuple[tuple[str, str], ...]) -> di
         for table, query in ready:
             pending.remove((table, query))
             try:
-                tree = qualify(sqlglot.parse_one(query, read="spark"), schema=known, dialect="spark")
+                tree = qualify(sqlglot.parse_one(query, read="spark"), schema=dict(known), dialect="spark")
+                if not isinstance(tree, exp.Query):
+                    raise SqlglotError(f"not a query: {query[:40]}")
                 columns = {s.alias_or_name: _sources(s.alias_or_name, tree, known) for s in tree.selects}
             except SqlglotError:
                 out[table] = None
@@ -69,7 +71,7 @@ def _reads(query: str) -> set[str]:
         return set()
 
 
-def _sources(column: str, query: exp.Expression, schema: dict[str, dict[str, str]]) -> list[str]:
+def _sources(column: str, query: exp.Query, schema: dict[str, dict[str, str]]) -> list[str]:
     node = lineage(column, query, schema=schema, dialect="spark")
     found = {f"{leaf.expression.name}.{leaf.name.rsplit('.', 1)[-1].strip(chr(34))}"
              for leaf in node.walk() if not leaf.downstream and isinstance(leaf.expression, exp.Table)}

@@ -60,8 +60,9 @@ def staleness(commits: list[tuple[int, int]], samples: int = 1000) -> list[int]:
 
 
 def _committed(state: MetaState, table: str) -> dict[int, int]:
-    """barrier -> committed_at_ms of the completions of ``table`` that count."""
-    return {b: c.committed_at_ms for b, c in state.completions.get(table, {}).items() if state.counts(c)}
+    """barrier -> committed_at_ms of the completions of ``table`` that count (its exact points)."""
+    by_b = state.completions.get(table, {})
+    return {b: by_b[b].committed_at_ms for b in state.exact_points(table)}
 
 
 def delay_report(state: MetaState, last: int = 100, since_ms: int | None = None) -> dict[str, Any]:
@@ -83,9 +84,10 @@ def delay_report(state: MetaState, last: int = 100, since_ms: int | None = None)
         return sorted(b for b in barriers if b in state.barriers
                       and (since_ms is None or state.barriers[b].ts_ms >= since_ms))[-last:]
 
+    committed_of = {name: _committed(state, name) for name in state.tables}
     tables: dict[str, Any] = {}
     for name in sorted(state.tables):
-        committed = _committed(state, name)
+        committed = committed_of[name]
         window = recent(committed)
         e2e = [committed[b] - state.barriers[b].ts_ms for b in window]
         stale = staleness([(committed[b], state.barriers[b].ts_ms) for b in window])
@@ -97,8 +99,8 @@ def delay_report(state: MetaState, last: int = 100, since_ms: int | None = None)
                         "staleness_p99_ms": percentile(stale, 0.99), "writer": writer.job_id if writer else None}
     jobs: dict[str, Any] = {}
     for job in sorted(state.jobs.values(), key=lambda j: j.job_id):
-        sink = _committed(state, job.sink)
-        sources = [_committed(state, s) for s in job.sources]
+        sink = committed_of.get(job.sink) or _committed(state, job.sink)
+        sources = [committed_of.get(s) or _committed(state, s) for s in job.sources]
         own = []
         phases: dict[str, list[int]] = {}
         for b in recent(sink):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 PRUNE_S = 5.0  # how often the leader forgets records below the retention floor
 BACKOFF = wait_exponential(multiplier=0.5, max=30)  # 0.5 s, 1 s, 2 s ... at most 30 s between tries
+OVERVIEW_TTL_S = 0.9  # the page polls every second: each open page reuses the same body within it
 COMMAND_TRIES_S = 300.0  # a command still failing after this is skipped (its sender timed out long ago)
 
 
@@ -267,11 +269,17 @@ def create_app(settings: Settings) -> LockstepApp:
             return web.json({"error": str(exc)}, status=400)
         return web.json(await under_lock(lambda c: views.delays(c.state, *liveness(), last, since_ms)))
 
+    overview_cache: dict[str, tuple[float, object]] = {}  # one body a second, however many pages are open
+
     @app.page("/overview")
     async def overview_view(web: View, request: Request) -> Response:
         if (busy := _state_or_503(web)) is not None:
             return busy
-        return web.json(await under_lock(lambda c: views.overview(c.state, *liveness(), list(c.rejections), c.started_at_ms)))
+        at, body = overview_cache.get("body", (0.0, None))
+        if body is None or time.monotonic() - at >= OVERVIEW_TTL_S:
+            body = await under_lock(lambda c: views.overview(c.state, *liveness(), list(c.rejections), c.started_at_ms))
+            overview_cache["body"] = (time.monotonic(), body)
+        return web.json(body)
 
     @app.page("/")
     async def page_view(web: View, request: Request) -> Response:

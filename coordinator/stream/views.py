@@ -61,10 +61,10 @@ def overview(state: MetaState, now_ms: int, liveness_ms: int, rejections: list[d
         figures = report["tables"].get(name, {})
         latest = figures.get("latest_exact_barrier")
         announced = state.barriers.get(latest) if latest is not None else None
-        kept = state.completions.get(name, {}).values()
+        kept = state.completions.get(name, {})
         tables[name] = {**shape["tables"][name], **figures,
                         "freshness_ms": now_ms - announced.ts_ms if announced is not None else None,
-                        "dead_letters": sum(c.rows_rejected for c in kept if state.counts(c))}
+                        "dead_letters": sum(kept[b].rows_rejected for b in state.exact_points(name))}
     jobs = {job_id: {**job, "own_p50_ms": report["jobs"].get(job_id, {}).get("own_p50_ms")}
             for job_id, job in shape["jobs"].items()}
     newest = sorted(state.barriers)[-timeline:]
