@@ -49,6 +49,7 @@ def column_sources(schemas: Schemas, queries: tuple[tuple[str, str], ...]) -> di
     return out
 
 
+@functools.lru_cache(maxsize=1024)  # each root table's DDL, parsed once (the page asks every second)
 def ddl_columns(ddl: str) -> tuple[tuple[str, str], ...]:
     """``(column, type)`` pairs of a column list such as ``\\`a\\` BIGINT, \\`b\\` DOUBLE`` (a root
     table's DDL, as the coordinator keeps it); empty if it does not parse.

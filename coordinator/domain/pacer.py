@@ -124,17 +124,17 @@ class Pacer:
                         touched(plan.job.job_id, int(key[1]))  # type: ignore[call-overload]
             elif key[0] == "renewed":
                 job = state.jobs[str(key[1])]
-                if job.job_id not in self._plans and self._wakes(state, job, now_ms):
+                if job.job_id not in self._plans and state.is_live(job, now_ms, self.config.liveness_ms):
                     self._rebuild(state, now_ms)
                     return
             else:
                 table, barrier = str(key[1]), int(key[2])  # type: ignore[call-overload]
-                if any(self._wakes(state, job, now_ms) for job in self._asleep.get(table, ())):
+                if any(state.is_live(job, now_ms, self.config.liveness_ms) for job in self._asleep.get(table, ())):
                     self._rebuild(state, now_ms)
                     return
                 writer = self._sinks.get(table)
                 if writer is not None:
-                    writer.floor = self._floor(state, writer.job)
+                    writer.floor = state.done_through(writer.job)
                     dirty.add(writer.job.job_id)
                     touched(writer.job.job_id, barrier)
                 for reader in self._readers.get(table, ()):
@@ -143,11 +143,6 @@ class Pacer:
         if dirty:
             self._replay(state, dirty, repace)
             self._aggregate()
-
-    def _wakes(self, state: MetaState, job: JobState, now_ms: int) -> bool:
-        """Whether a running job that was not live is now (a commit or renewal revived it)."""
-        return job.status == JobStatus.RUNNING and state.created(job.sink) and \
-            now_ms - state.last_seen(job) <= self.config.liveness_ms
 
     def _rebuild(self, state: MetaState, now_ms: int) -> None:
         self._state, self._seq = state, state.changes.seq
@@ -167,15 +162,12 @@ class Pacer:
             plan = self._plans[job.job_id]
             ups = [self._sinks.get(s) for s in job.sources]
             plan.upstream = None if None in ups else [u for u in ups if u is not None]
-            plan.floor = self._floor(state, job)
+            plan.floor = state.done_through(job)
             for source in job.sources:
                 self._readers.setdefault(source, []).append(job.job_id)
         self._last = state.last_barrier()
         self._replay(state, set(self._plans), {})
         self._aggregate()
-
-    def _floor(self, state: MetaState, job: JobState) -> int:
-        return max(state.latest_exact(job.sink) or 0, job.start_barrier)
 
     # -- playing the barriers in flight ------------------------------------------------------
 

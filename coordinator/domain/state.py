@@ -204,9 +204,11 @@ class MetaState:
         barriers back, so one dead job never freezes the topology. A job still creating its CTAS
         table holds none back either: it is kept alive by renewals however long it waits for
         its sources, and its first commit covers every barrier up to then anyway."""
-        live = [j for j in self.active_jobs() if j.status == JobStatus.RUNNING and self.created(j.sink)
-                and now_ms - self.last_seen(j) <= liveness_ms]
-        return sorted(live, key=lambda j: j.job_id)
+        return sorted((j for j in self.active_jobs() if self.is_live(j, now_ms, liveness_ms)), key=lambda j: j.job_id)
+
+    def is_live(self, job: JobState, now_ms: int, liveness_ms: int) -> bool:
+        """Whether ``job`` is one of ``live_jobs``: RUNNING, its table created, heard of lately."""
+        return job.status == JobStatus.RUNNING and self.created(job.sink) and now_ms - self.last_seen(job) <= liveness_ms
 
     def status_of(self, job: JobState, now_ms: int, liveness_ms: int) -> str:
         """The status to show: the stored one, or STALLED for a RUNNING job silent past ``liveness_ms``.
@@ -224,8 +226,12 @@ class MetaState:
         """How many announced barriers are not yet an exact point of every given job's sink
         (counting only barriers announced after the job started)."""
         last = self.last_barrier()
-        behind = [last - max(self.latest_exact(j.sink) or 0, j.start_barrier) for j in jobs]
+        behind = [last - self.done_through(j) for j in jobs]
         return max(0, *behind) if behind else 0
+
+    def done_through(self, job: JobState) -> int:
+        """The newest barrier ``job``'s table holds (its newest exact point), or where the job started."""
+        return max(self.latest_exact(job.sink) or 0, job.start_barrier)
 
 
 class ChangeLog:

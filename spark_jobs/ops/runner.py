@@ -136,7 +136,7 @@ def barriers_behind(state: MetaState, job_ids: Sequence[str]) -> dict[str, tuple
     last, out = state.last_barrier(), {}
     for job_id in job_ids:
         if (job := state.jobs.get(job_id)) is not None:
-            done = max(state.latest_exact(job.sink) or 0, job.start_barrier)
+            done = state.done_through(job)
             out[job_id] = (done, max(0, last - done))
     return out
 
