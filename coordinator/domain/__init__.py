@@ -13,6 +13,7 @@ Example::
 
 from coordinator.domain.decide import Decision, decide, expire_leases
 from coordinator.domain.events import (
+    AbandonTable,
     AcquireLease,
     BarrierAnnounced,
     BarrierCompleted,
@@ -41,6 +42,7 @@ from coordinator.domain.fold import fold, fold_all
 from coordinator.domain.state import MetaState
 
 __all__ = [
+    "AbandonTable",
     "AcquireLease",
     "BarrierAnnounced",
     "BarrierCompleted",

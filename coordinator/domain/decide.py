@@ -21,6 +21,7 @@ from coordinator.domain.errors import Rejected
 from coordinator.domain.events import (
     END_STATUSES,
     TABLE_KINDS,
+    AbandonTable,
     AcquireLease,
     Command,
     CommandOutcome,
@@ -74,27 +75,14 @@ def expire_leases(state: MetaState, now_ms: int) -> list[Tombstone]:
     return [Tombstone(lease_key(lid)) for lid, lease in sorted(state.leases.items()) if lease.expires_at_ms <= now_ms]
 
 
-def abandon_pending_tables(state: MetaState, now_ms: int, liveness_ms: int) -> list[Fact | Tombstone]:
-    """A CREATE TABLE AS SELECT table whose job's process is gone before its first commit (a
-    runner killed with ``kill -9`` runs no cleanup hook): once no job of that table has shown a
-    sign of life for twice the liveness window, a job still RUNNING is recorded FAILED and the
-    table dropped. Before that commit the signs of life are its registration and renewals: a
-    runner renews a job whose table is still pending as soon as it runs it and every third of
-    the window (``RenewJob``, ``spark_jobs.ops.runner``), however long that first commit takes.
-    An ended job's own cleanup hook drops the table sooner. The leader's timer calls this, as
-    it does ``expire_leases``."""
-    out: list[Fact | Tombstone] = []
-    for name in state.pending():
-        seen = max((state.last_seen(j) for j in state.jobs.values() if j.sink == name), default=0)
-        if now_ms - seen <= 2 * liveness_ms:
-            continue
-        writer = state.writer_of(name)
-        if writer is not None and writer.status == JobStatus.RUNNING:
-            out.append(replace(writer, status=JobStatus.FAILED, updated_at_ms=now_ms,
-                               reason=f"its process went silent {(now_ms - seen) // 1000} s ago, before the first "
-                                      f"commit of {name}"))
-        out.append(Tombstone(table_key(name)))
-    return out
+def abandoned_tables(state: MetaState, now_ms: int, liveness_ms: int) -> list[str]:
+    """CREATE TABLE AS SELECT tables still without their first commit that showed no sign of
+    life (``MetaState.pending_sign_of_life``) for twice the liveness window: their runner was
+    killed (``kill -9`` runs no cleanup hook) before that commit. The leader's timer proposes
+    each with ``AbandonTable``, which is decided like every command: in order with a runner's
+    declarations, registrations and renewals, so the check is made again against a state that
+    holds all of them. An ended job's own cleanup hook drops its table sooner."""
+    return [name for name in state.pending() if now_ms - state.pending_sign_of_life(name) > 2 * liveness_ms]
 
 
 # -- validation helpers -------------------------------------------------------------------------
@@ -137,6 +125,8 @@ def _(cmd: DeclareTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone
         if (existing.kind, existing.primary_key, existing.schema, existing.ctas) == (
             cmd.kind, cmd.primary_key, cmd.schema, cmd.ctas
         ):
+            if not state.created(cmd.name):  # a runner starting again: its declaration is a sign of life
+                return [replace(existing, declared_at_ms=now_ms)]
             return []  # declaring the same table again is a no-op, so pipelines can be re-run
         made = "by CREATE TABLE AS SELECT" if existing.ctas else "by a declaration"
         raise Rejected(
@@ -321,3 +311,20 @@ def _(cmd: RequestRevision, state: MetaState, now_ms: int) -> list[Fact | Tombst
         if writer is not None:
             facts.append(replace(writer, generation=generation, restart_from_barrier=start, updated_at_ms=now_ms))
     return facts
+
+
+@_decide.register
+def _(cmd: AbandonTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+    _table(state, cmd.name)
+    if state.created(cmd.name):
+        raise Rejected(f"table {cmd.name!r} holds its first commit: it is not abandoned (lockstep drop {cmd.name})")
+    silent = now_ms - state.pending_sign_of_life(cmd.name)
+    if silent <= cmd.silent_ms:
+        raise Rejected(f"table {cmd.name!r} showed a sign of life {max(silent, 0) // 1000} s ago: its runner is alive")
+    out: list[Fact | Tombstone] = []
+    writer = state.writer_of(cmd.name)
+    if writer is not None and writer.status == JobStatus.RUNNING:
+        out.append(replace(writer, status=JobStatus.FAILED, updated_at_ms=now_ms,
+                           reason=f"its process went silent {silent // 1000} s ago, before the first commit of {cmd.name}"))
+    out.append(Tombstone(table_key(cmd.name)))
+    return out

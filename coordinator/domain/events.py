@@ -160,8 +160,20 @@ class DropTable:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class AbandonTable:
+    """The leader's proposal to drop CTAS table ``name``, still without its first commit, if
+    nothing has shown a sign of life for it for ``silent_ms`` (``MetaState.pending_sign_of_life``).
+    A command, not a fact the leader writes: it is decided in order with the declarations,
+    registrations and renewals of a runner starting up, so it never undoes one of them."""
+
+    request_id: str
+    name: str
+    silent_ms: int
+
+
 Command = (DeclareTable | RegisterJob | DeregisterJob | RenewJob | AcquireLease | ReleaseLease | RequestRevision
-           | DropTable)
+           | DropTable | AbandonTable)
 
 # -- facts -----------------------------------------------------------------------------------
 
@@ -264,6 +276,7 @@ EVENT_TYPES: Final[tuple[type, ...]] = (
     ReleaseLease,
     RequestRevision,
     DropTable,
+    AbandonTable,
     TableState,
     JobState,
     BarrierAnnounced,

@@ -199,6 +199,13 @@ class MetaState:
         committed = self.completions.get(job.sink)
         return max(job.updated_at_ms, max(map(_COMMITTED_AT, committed.values())) if committed else 0)
 
+    def pending_sign_of_life(self, table: str) -> int:
+        """When pending CTAS ``table`` last showed that a runner means to make it (epoch ms): its
+        declaration (a runner starting again declares it again), its job's registration, or a
+        renewal by the runner running that job (``RenewJob``, sent from registration on)."""
+        declared = self.tables[table].declared_at_ms if table in self.tables else 0
+        return max(declared, max((self.last_seen(j) for j in self.jobs.values() if j.sink == table), default=0))
+
     def live_jobs(self, now_ms: int, liveness_ms: int) -> list[JobState]:
         """Running jobs that registered or committed within ``liveness_ms``: only these hold
         barriers back, so one dead job never freezes the topology. A job still creating its CTAS

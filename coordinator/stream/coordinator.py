@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from confluent_kafka import Producer, TopicPartition
 
 from coordinator.client.clock import now_ms
+from coordinator.client.commands import new_request_id
 from coordinator.client.delivery import Delivered
 from coordinator.client.offsets import EndOffsets
 from coordinator.client.state import StateFollower
 from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import (
+    AbandonTable,
     BarrierAnnounced,
     BarrierCompleted,
     CommandOutcome,
@@ -35,7 +37,7 @@ from coordinator.domain import (
     expire_leases,
 )
 from coordinator.domain.barriers import BarrierConfig
-from coordinator.domain.decide import abandon_pending_tables
+from coordinator.domain.decide import abandoned_tables
 from coordinator.domain.delays import kafka_backlog
 from coordinator.domain.events import split_key
 from coordinator.domain.pacer import Pacer
@@ -76,7 +78,8 @@ class Coordinator:
         self.follower = StateFollower(settings, topics)
         self.metrics = FoldMetrics()  # /metrics' histograms and counters, fed by every completion folded
         self.follower.reader.on_fold = self.metrics.observe
-        self.producer = Producer(settings.kafka_config({"enable.idempotence": True, "linger.ms": 0}))
+        self.producer = Producer(settings.kafka_config({"enable.idempotence": True, "linger.ms": 0},
+                                                       client="lockstep-coordinator"))
         self.leader_writer = FencedWriter(settings)  # the barrier clock's, pruning's and lease expiry's writes
         self.offsets = EndOffsets(settings)
         self.counters = Counters()
@@ -84,6 +87,7 @@ class Coordinator:
         self._planned_at_events = -1  # events folded when that was planned
         self._planned_at_ms = 0
         self._pacer = Pacer(self.barrier_config)  # the clock's plan, kept between ticks
+        self._proposed: dict[str, int] = {}  # table -> when the leader last proposed dropping it
         self.rejections: deque[dict[str, object]] = deque(maxlen=REJECTIONS_KEPT)  # the newest, for the page
         self.started_at_ms = now_ms()  # the page's delays count this worker's time only
 
@@ -95,6 +99,7 @@ class Coordinator:
         self.follower.stop()
         self.producer.flush(10)
         self.leader_writer.close()
+        self.offsets.close()
 
     @property
     def state(self) -> MetaState:
@@ -181,6 +186,8 @@ class Coordinator:
         self.producer.flush(30)
         if decision.outcome.accepted:
             self.counters.commands_accepted += 1
+            if isinstance(command, AbandonTable):
+                self.counters.ctas_abandoned += 1
         else:
             self.counters.commands_rejected += 1
             self.rejections.append({"at_ms": now_ms(), "command": decision.outcome.command,
@@ -248,21 +255,33 @@ class Coordinator:
 
     def tick_prune(self) -> int:
         """Forget the barrier and completion records below the retention floor that nothing needs
-        any more (``coordinator.domain.pruning``), and CTAS tables whose job died before their
-        first commit; returns how many records were written."""
+        any more (``coordinator.domain.pruning``), and propose dropping CTAS tables whose runner
+        went silent before their first commit; returns how many records were written."""
         if not self._lead():
             return 0
+        now = now_ms()
         with self.follower.reader.lock:
-            abandoned = abandon_pending_tables(self.state, now_ms(), self.settings.barriers.liveness_ms)
+            abandoned = abandoned_tables(self.state, now, self.settings.barriers.liveness_ms)
             stale = prunable(self.state, self.settings.retain_barriers)
-        written = 0
-        if abandoned and self._write_as_leader(abandoned):
-            self.counters.ctas_abandoned += sum(isinstance(f, Tombstone) for f in abandoned)
-            written += len(abandoned)
+        self._propose_abandonment(abandoned, now)
         if stale and self._write_as_leader(list(stale)):
             self.counters.records_pruned += len(stale)
-            written += len(stale)
-        return written
+            return len(stale)
+        return 0
+
+    def _propose_abandonment(self, tables: list[str], now: int) -> None:
+        """Send ``AbandonTable`` for each table (once per liveness window while it stays
+        pending): the commands agent decides it in order with every other command."""
+        silent_ms = 2 * self.settings.barriers.liveness_ms
+        self._proposed = {t: at for t, at in self._proposed.items() if t in tables and now - at < silent_ms // 2}
+        for table in tables:
+            if table in self._proposed:
+                continue
+            self._proposed[table] = now
+            command = AbandonTable(new_request_id(), table, silent_ms)
+            self.producer.produce(self.topics.commands, key=command.request_id.encode(), value=self.codec.encode(command))
+        if tables:
+            self.producer.flush(30)
 
     def tick_leases(self) -> int:
         if not self._lead():

@@ -18,6 +18,7 @@ from coordinator.codec.avro import schema_fingerprint
 from coordinator.domain.events import EVENT_TYPES
 
 FINGERPRINT_HISTORY: dict[str, list[str]] = {
+    "AbandonTable": ["2a30500a09193d83"],
     "AcquireLease": ["eb2e51863e2b18b7"],
     "BarrierAnnounced": ["c7df0fb0e77eb945"],
     "BarrierCompleted": ["6aa223855f8bf9c5", "c2f5d6dad2649e01"],

@@ -6,8 +6,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.domain import (
+    AbandonTable,
     AcquireLease,
     BarrierAnnounced,
     BarrierCompleted,
@@ -27,7 +30,7 @@ from coordinator.domain import (
     expire_leases,
     fold_all,
 )
-from coordinator.domain.decide import abandon_pending_tables
+from coordinator.domain.decide import abandoned_tables
 
 MakeState = Callable[..., MetaState]
 
@@ -291,17 +294,78 @@ def test_a_ctas_table_whose_job_died_before_its_first_commit_is_dropped(make_sta
     pending = [DeclareTable("a", "totals", "intermediate", ctas=True),
                RegisterJob("b", "maintain_totals", "totals", sources=("shopping",))]
     state = make_state(*pending, shopping_topology=True, now_ms=1_000)  # registered at 1 s
-    assert abandon_pending_tables(state, now_ms=60_000, liveness_ms=30_000) == []  # a restart may still come
-    job, table = abandon_pending_tables(state, now_ms=62_000, liveness_ms=30_000)
+    assert abandoned_tables(state, now_ms=60_000, liveness_ms=30_000) == []  # a restart may still come
+    assert abandoned_tables(state, now_ms=62_000, liveness_ms=30_000) == ["totals"]
+    decision = decide(state, AbandonTable("c", "totals", 60_000), now_ms=62_000)
+    job, table = decision.facts
     assert (job.job_id, job.status, table) == ("maintain_totals", "FAILED", Tombstone("table:totals"))
     assert "went silent 61 s ago, before the first commit of totals" in job.reason
     renewed = fold_all(decide(state, RenewJob("c", "maintain_totals"), now_ms=50_000).facts, state.copy())
-    assert abandon_pending_tables(renewed, now_ms=62_000, liveness_ms=30_000) == []  # a runner said it is alive
-    after = fold_all([job, table], state.copy())
+    assert abandoned_tables(renewed, now_ms=62_000, liveness_ms=30_000) == []  # a runner said it is alive
+    after = fold_all(decision.facts, state.copy())
     assert "totals" not in after.tables and after.jobs["maintain_totals"].status == "FAILED"
     orphan = make_state(*pending, DeregisterJob("c", "maintain_totals", "FAILED", "boom"), shopping_topology=True)
-    assert abandon_pending_tables(orphan, now_ms=2_000, liveness_ms=30_000) == []  # its own cleanup hook comes first
-    assert abandon_pending_tables(orphan, now_ms=62_000, liveness_ms=30_000) == [Tombstone("table:totals")]
+    assert abandoned_tables(orphan, now_ms=2_000, liveness_ms=30_000) == []  # its own cleanup hook comes first
+    assert decide(orphan, AbandonTable("d", "totals", 60_000), now_ms=62_000).facts == (Tombstone("table:totals"),)
     created = make_state(*pending, BarrierAnnounced(1, 100), BarrierCompleted("maintain_totals", "totals", 1, 0, 0),
                          shopping_topology=True)
-    assert abandon_pending_tables(created, now_ms=10**9, liveness_ms=30_000) == []  # holds data: stays
+    assert abandoned_tables(created, now_ms=10**9, liveness_ms=30_000) == []  # holds data: stays
+    assert "holds its first commit" in rejection(created, AbandonTable("e", "totals", 0))
+
+
+def test_a_pending_table_being_registered_is_never_taken_for_abandoned(make_state: MakeState) -> None:
+    """`lockstep run` declares a CTAS table, then registers its job: in between the table has no
+    job, and its declaration is its sign of life (it was counted from 1970 once)."""
+    declared = make_state(DeclareTable("a", "totals", "intermediate", ctas=True), shopping_topology=True,
+                          now_ms=10**9)
+    assert declared.pending_sign_of_life("totals") == 10**9
+    assert abandoned_tables(declared, now_ms=10**9 + 1, liveness_ms=30_000) == []
+    assert abandoned_tables(declared, now_ms=10**9 + 60_001, liveness_ms=30_000) == ["totals"]
+    # the leader proposed it from a state a moment old; a runner declared it again meanwhile:
+    # decided in order, the proposal finds the new declaration and is rejected
+    again = fold_all(decide(declared, DeclareTable("b", "totals", "intermediate", ctas=True), 10**9 + 60_002).facts,
+                     declared.copy())
+    assert again.pending_sign_of_life("totals") == 10**9 + 60_002
+    late = decide(again, AbandonTable("c", "totals", 60_000), now_ms=10**9 + 60_003)
+    assert not late.outcome.accepted and "showed a sign of life 0 s ago" in late.outcome.reason
+    registered = make_state(DeclareTable("a", "totals", "intermediate", ctas=True),
+                            RegisterJob("b", "maintain_totals", "totals", sources=("shopping",)), shopping_topology=True,
+                            now_ms=10**9)
+    assert decide(registered, RegisterJob("c", "maintain_totals", "totals", sources=("shopping",)), 10**9 + 5).facts == ()
+    assert "unknown table 'nope'" in rejection(registered, AbandonTable("d", "nope", 0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(gaps=st.lists(st.integers(0, 70_000), min_size=8, max_size=8),
+       leader=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7), st.integers(0, 7)), max_size=6))
+def test_no_interleaving_of_the_leader_s_abandonment_undoes_a_registration(
+    gaps: list[int], leader: list[tuple[int, int, int]],
+) -> None:
+    """The start-up race behind a stalled aggregate: the leader's timer read a state in which a
+    runner had declared its CTAS table but not yet registered its job, and dropped the table
+    after the registration went through, leaving a RUNNING job whose completions never count
+    (its table at its start barrier for ever, every read-committed read failing). Here the
+    leader proposes from any state it may have read (``seen``, possibly stale), at any step
+    (``step``), decided ``delay`` steps later, in order with the runner's commands. A RUNNING job
+    always keeps its table, and a runner that keeps renewing never loses it."""
+    runner = [DeclareTable("r0", "src", "root"), DeclareTable("r1", "totals", "intermediate", ctas=True),
+              RegisterJob("r2", "maintain_totals", "totals", sources=("src",)),
+              *(RenewJob(f"r{i}", "maintain_totals") for i in range(3, 8))]
+    times = [sum(gaps[: i + 1]) for i in range(len(runner))]
+    history, state = [MetaState()], MetaState()
+    proposals: dict[int, list[AbandonTable]] = {}
+    for step, command in enumerate(runner):
+        for seen, at, delay in leader:
+            if at == step:  # the leader proposes from the state it read at step ``seen`` (or the newest)
+                stale = history[min(seen, len(history) - 1)]
+                names = abandoned_tables(stale, times[step], liveness_ms=30_000)
+                proposals.setdefault(step + delay, []).extend(AbandonTable(f"a{step}{n}", n, 60_000) for n in names)
+        for proposal in proposals.pop(step, []):
+            state = fold_all(decide(state, proposal, times[step]).facts, state.copy())
+        state = fold_all(decide(state, command, times[step]).facts, state.copy())
+        history.append(state)
+        for job in state.active_jobs():
+            assert job.sink in state.tables, f"job {job.job_id} runs without its table after step {step}"
+    renewed_in_time = all(later - earlier <= 60_000 for earlier, later in zip(times[1:], times[2:], strict=False))
+    if renewed_in_time:
+        assert "totals" in state.tables and state.jobs["maintain_totals"].status == "RUNNING"
