@@ -5,8 +5,9 @@ when it reaches that point, with that probability (default 1). A job SIGKILLs it
 ``before_commit`` (the barrier's Delta write is about to run) or ``before_completion``
 (committed, completion not yet published). The coordinator's leader SIGSTOPs itself at
 ``pause_before_announce`` (a barrier planned, not yet written), once: a paused leader, as a
-long GC or a frozen VM would pause it, for the fencing test to resume with SIGCONT. Unset, a
-point costs one comparison.
+long GC or a frozen VM would pause it, for the fencing test to resume with SIGCONT. A job
+reaching ``hang_before_commit`` runs a Spark action that never ends (``fires_once``, once per
+process): a hung Spark action, for the watchdog's test. Unset, a point costs one comparison.
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ import signal
 
 from coordinator.settings import CrashAt
 
-_paused: set[str] = set()  # pause points fire once per process
+_paused: set[str] = set()  # pause and hang points fire once per process
+
+
+def fires_once(name: str, crash_at: CrashAt | None) -> bool:
+    """Whether the drill asks for ``name`` here and it has not fired in this process yet (the
+    caller then makes the fault happen)."""
+    if crash_at is None or crash_at.point != name or name in _paused or random.random() >= crash_at.chance:
+        return False
+    _paused.add(name)
+    return True
 
 
 def crash_point(name: str, crash_at: CrashAt | None) -> None:

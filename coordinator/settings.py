@@ -26,7 +26,7 @@ KAFKA_PASSTHROUGH_PREFIX = "LOCKSTEP_KAFKA_"
 KafkaValue = str | int | float | bool  # what a confluent-kafka config value may be
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # what all three client stacks speak
-CRASH_POINTS = ("before_commit", "before_completion", "pause_before_announce")
+CRASH_POINTS = ("before_commit", "before_completion", "pause_before_announce", "hang_before_commit")
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE")
 
 
@@ -157,6 +157,7 @@ class Settings:
     crash_at: CrashAt | None = None
     compact_every: int = 100  # a job compacts its table's small files after every this many commits (0: never)
     vacuum_every_s: int = 600  # `lockstep run` vacuums its jobs' tables this often (0: never)
+    stuck_after_s: int = 60  # a job with barriers waiting and no progress this long is restarted (0: never)
     log_retention_hours: int = 24  # Delta log entries older than this (rounded down to midnight) go at a checkpoint
 
     @classmethod
@@ -190,6 +191,7 @@ class Settings:
             crash_at=_crash_at(env.get("LOCKSTEP_CRASH_AT")),
             compact_every=_whole_number(env, "LOCKSTEP_COMPACT_EVERY", 100, minimum=0),
             vacuum_every_s=_whole_number(env, "LOCKSTEP_VACUUM_EVERY_S", 600, minimum=0),
+            stuck_after_s=_whole_number(env, "LOCKSTEP_STUCK_AFTER_S", 60, minimum=0),
             log_retention_hours=_whole_number(env, "LOCKSTEP_LOG_RETENTION_HOURS", 24),
         )
         _ = settings.bootstrap_port  # validate early, with a message that names the variable
@@ -294,9 +296,14 @@ class Settings:
         """The security part of ``LOCKSTEP_KAFKA_*``, checked (``SettingsError`` says what is missing)."""
         return _kafka_security(self.kafka_client)
 
-    def kafka_config(self, extra: Mapping[str, KafkaValue] | None = None) -> dict[str, KafkaValue]:
-        """confluent-kafka client config: bootstrap + ``LOCKSTEP_KAFKA_*`` pass-through + extra."""
-        return {"bootstrap.servers": self.bootstrap, **self.kafka_client, **(extra or {})}
+    def kafka_config(self, extra: Mapping[str, KafkaValue] | None = None, client: str = "lockstep") -> dict[str, KafkaValue]:
+        """confluent-kafka client config: bootstrap, ``client.id`` (librdkafka names its log lines
+        after it: ``lockstep-state#consumer-3``), ``LOCKSTEP_KAFKA_*`` pass-through, ``extra``.
+
+        >>> Settings().kafka_config({"linger.ms": 0}, client="lockstep-completions")["client.id"]
+        'lockstep-completions'
+        """
+        return {"bootstrap.servers": self.bootstrap, "client.id": client, **self.kafka_client, **(extra or {})}
 
 
 def _whole_number(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:

@@ -48,7 +48,8 @@ class CommandClient:
     def _connect(self) -> tuple[Consumer, Producer]:
         if self._consumer is None or self._producer is None:
             consumer = Consumer(self.settings.kafka_config({"group.id": f"{self.settings.topic_prefix}-cli",
-                                                            "enable.auto.commit": False, "log_level": 3}))
+                                                            "enable.auto.commit": False, "log_level": 3},
+                                                           client="lockstep-outcomes"))
             try:
                 # a topic the principal may not describe looks missing to a watermark query; its
                 # metadata says why
@@ -65,7 +66,8 @@ class CommandClient:
                     "(lockstep dev up) and the coordinator started once (lockstep worker)?"
                 ) from exc
             consumer.assign([TopicPartition(self.topics.outcomes, 0, high)])
-            self._consumer, self._producer = consumer, Producer(self.settings.kafka_config({"log_level": 3}))
+            producer = Producer(self.settings.kafka_config({"log_level": 3}, client="lockstep-commands"))
+            self._consumer, self._producer = consumer, producer
         return self._consumer, self._producer
 
     def emit(self, command: Command, timeout: float = 30.0) -> CommandOutcome:

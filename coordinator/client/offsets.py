@@ -43,13 +43,25 @@ class EndOffsets:
     """One admin client for offset and topic-metadata requests, renewed after a leader change."""
 
     def __init__(self, settings: Settings) -> None:
-        self._config = settings.kafka_config({"log_level": 3})
+        self._config = settings.kafka_config({"log_level": 3}, client="lockstep-offsets")
         self._lock = threading.Lock()
-        self._admin = AdminClient(self._config)
+        self._admin: AdminClient | None = AdminClient(self._config)
 
     def _renew(self, _retry: RetryCallState) -> None:
         with self._lock:
-            self._admin = AdminClient(self._config)
+            if self._admin is not None:
+                self._admin = AdminClient(self._config)
+
+    def _current(self) -> AdminClient:
+        if self._admin is None:
+            raise RuntimeError("end offsets asked of a closed EndOffsets")
+        return self._admin
+
+    def close(self) -> None:
+        """Let go of the admin client: librdkafka closes its connections once it is freed, so no
+        client outlives the broker it talks to."""
+        with self._lock:
+            self._admin = None
 
     def latest(self, partitions: Iterable[TopicPartition], committed: bool = False) -> dict[TopicPartition, int]:
         """Each partition's end: with ``committed``, the last stable offset (what a read_committed
@@ -59,10 +71,10 @@ class EndOffsets:
         for attempt in Retrying(retry=retry_if_exception(leader_changing), stop=stop_after_delay(RETRY_S),
                                 wait=wait_fixed(0.2), before_sleep=self._renew, reraise=True):
             with attempt:
-                futures = self._admin.list_offsets(request, isolation_level=isolation, request_timeout=10)
+                futures = self._current().list_offsets(request, isolation_level=isolation, request_timeout=10)
                 ends = {tp: int(future.result().offset) for tp, future in futures.items()}
         return ends
 
     def topics(self) -> dict[str, Any]:
         """The cluster's topics (name -> TopicMetadata) as its metadata says now."""
-        return dict(self._admin.list_topics(timeout=10).topics)
+        return dict(self._current().list_topics(timeout=10).topics)

@@ -56,7 +56,7 @@ class StateReader:
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "log_level": 3,
-            })
+            }, client="lockstep-state")
         )
         self.partitions = [TopicPartition(t, 0) for t in topics.state]
         self.consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in topics.state])
@@ -70,6 +70,7 @@ class StateReader:
 
     def close(self) -> None:
         self.consumer.close()
+        self.offsets.close()
 
     def step(self, timeout: float = 0.2, max_records: int = 5000) -> int:
         """Fold what is available now, waiting up to ``timeout`` for the first record; returns how

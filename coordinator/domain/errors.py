@@ -29,6 +29,12 @@ class ExitCode(IntEnum):
     UNREACHABLE = 3  # the broker or the coordinator does not answer (`dev status`: the broker is stopped)
     NOT_STARTED = 4  # a part Lockstep starts itself (local broker, worker, Spark) could not start
     INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+    TERMINATED = 143  # SIGTERM (kill PID, systemd, Kubernetes), as shells report it: stopped cleanly
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (``kill PID``, systemd, Kubernetes): every command stops the way Ctrl-C
+    stops it (a KeyboardInterrupt, so the same cleanup runs) and exits ``TERMINATED``."""
 
 
 class LockstepError(Exception):

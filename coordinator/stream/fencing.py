@@ -61,7 +61,7 @@ class FencedWriter:
                     "transactional.id": self.transactional_id,
                     "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                     "linger.ms": 0,
-                }))
+                }, client="lockstep-leader"))
                 self._call(lambda: producer.init_transactions(30))
                 self._producer = producer
 

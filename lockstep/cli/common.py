@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -12,11 +17,53 @@ from rich.table import Table
 
 from coordinator.client.commands import emit
 from coordinator.domain import Command, CommandOutcome
-from coordinator.domain.errors import Rejected
+from coordinator.domain.errors import Rejected, Terminated
 from coordinator.settings import Settings
 
 if TYPE_CHECKING:
     from spark_jobs.planning.pipeline import Pipeline
+
+
+class Stopping:
+    """A stop asked for by a signal (``stop_signals``): ``event`` is set; ``check()`` raises what
+    the signal means (Ctrl-C: KeyboardInterrupt, exit 130; SIGTERM: Terminated, exit 143)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signal: int | None = None
+
+    def check(self) -> None:
+        if self.signal is not None:
+            raise Terminated() if self.signal == signal.SIGTERM else KeyboardInterrupt()
+
+
+@contextmanager
+def stop_signals() -> Iterator[Stopping]:
+    """Ctrl-C and SIGTERM ask a long-running command to stop at its next step instead of
+    interrupting whatever runs (a Spark call, a Kafka read) in the middle; a second signal
+    interrupts at once.
+
+    Example::
+
+        with stop_signals() as stopping:
+            while not stopping.event.wait(1.0):
+                work()
+            stopping.check()  # raises if a signal ended the loop
+    """
+    stopping = Stopping()
+
+    def asked(signum: int, frame: FrameType | None) -> None:
+        if stopping.signal is not None:
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        stopping.signal = signum
+        stopping.event.set()
+
+    previous = {s: signal.signal(s, asked) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stopping
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def format_option(*extra: str) -> Any:

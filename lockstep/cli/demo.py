@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 from pathlib import Path
 
 import click
@@ -13,7 +11,7 @@ from rich.console import Console
 from coordinator.domain.errors import ExitCode, LockstepError, Unreachable
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
-from lockstep.cli.common import delay_tables
+from lockstep.cli.common import delay_tables, stop_signals
 
 
 @click.command()
@@ -84,7 +82,7 @@ def datagen_shopping(settings: Settings, rate: int, seconds: float | None, users
     price, so in any consistent read total_price / total_amount of a (user, item) is the unit
     price; ts is the produce time (epoch ms). Creates the topic if needed, reports progress
     every 5 s, and on Ctrl-C or SIGTERM flushes and stops. Exit 1 if some purchases could not
-    be delivered, 3 if Kafka does not answer, 130 after Ctrl-C.
+    be delivered, 3 if Kafka does not answer, 130 after Ctrl-C, 143 after SIGTERM.
 
     \b
     lockstep datagen shopping --rate 10000 --seconds 60
@@ -93,20 +91,16 @@ def datagen_shopping(settings: Settings, rate: int, seconds: float | None, users
 
     from spark_jobs.demo.datagen import RateGenerator, ensure_topic, purchases
 
-    stop = threading.Event()
-    interrupted: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda number, _frame: (interrupted.append(number), stop.set()))
-    try:
-        if ensure_topic(settings, topic, partitions):
-            click.echo(f"created topic {topic} ({partitions} partitions)")
-        generator = RateGenerator(settings, topic, rate, purchases(users, items), seed)
-    except KafkaException as exc:
-        raise Unreachable(f"Kafka at {settings.bootstrap}: {exc}") from exc
-    click.echo(f"producing {rate:,} purchases/s to {topic} on {settings.bootstrap} (Ctrl-C stops)")
-    sent = generator.run(stop, seconds, progress=click.echo)
-    click.echo(f"sent {sent:,} purchases; {generator.failed} not delivered")
-    if generator.failed:
-        raise LockstepError(f"{generator.failed} purchases were not delivered to {topic}")
-    if signal.SIGINT in interrupted:
-        raise KeyboardInterrupt  # flushed; Ctrl-C exits 130, as everywhere
+    with stop_signals() as stopping:
+        try:
+            if ensure_topic(settings, topic, partitions):
+                click.echo(f"created topic {topic} ({partitions} partitions)")
+            generator = RateGenerator(settings, topic, rate, purchases(users, items), seed)
+        except KafkaException as exc:
+            raise Unreachable(f"Kafka at {settings.bootstrap}: {exc}") from exc
+        click.echo(f"producing {rate:,} purchases/s to {topic} on {settings.bootstrap} (Ctrl-C stops)")
+        sent = generator.run(stopping.event, seconds, progress=click.echo)
+        click.echo(f"sent {sent:,} purchases; {generator.failed} not delivered")
+        if generator.failed:
+            raise LockstepError(f"{generator.failed} purchases were not delivered to {topic}")
+        stopping.check()  # flushed; 130 after Ctrl-C, 143 after SIGTERM, as everywhere

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import getpass
 import socket
-import threading
 import time
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from coordinator.domain import DeregisterJob, DropTable, RequestRevision
 from coordinator.domain.errors import LockstepError, Rejected
 from coordinator.domain.events import END_STATUSES, JobStatus, split_key
 from coordinator.settings import Settings
-from lockstep.cli.common import echo_json, format_option, load, send
+from lockstep.cli.common import echo_json, format_option, load, send, stop_signals
 
 
 @click.command()
@@ -38,7 +38,7 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
 
     Any rejection is printed and nothing starts. Each job is its own streaming query with
     its own checkpoint under $LOCKSTEP_HOME/checkpoints; a job that fails is reported and
-    restarted with a growing backoff while the others carry on. Ctrl-C stops them all.
+    restarted with a growing backoff while the others carry on.
     With --master spark://HOST:PORT the jobs' Spark work runs on that cluster's executors (the
     driver, with the barrier source, the commits and the completions, stays in this process).
 
@@ -48,14 +48,20 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
     `lockstep revise TABLE --to-barrier B` recomputes the barriers after B with it.
 
     It says when each job committed its first barrier, and while a job is far behind (a restart
-    after a while) how it catches up, and where its live page is. With --metrics-address the jobs'
-    own figures per barrier (time per phase, commits, restarts) are served for Prometheus. Exit 0
-    once every job was stopped (`lockstep stop`), 1 if one ended FAILED (--max-restarts), 130 on
-    Ctrl-C.
+    after a while) how it catches up, and where its live page is. A job with a barrier ready for
+    it whose table and Spark work stood still for LOCKSTEP_STUCK_AFTER_S (60 s) is restarted. With --metrics-address the jobs'
+    own figures per barrier (time per phase, commits, restarts) are served for Prometheus.
+
+    Ctrl-C or SIGTERM (kill PID, systemd, Kubernetes) stops it cleanly: no new barrier is offered,
+    each job's barrier in progress commits (at most 20 s), then the jobs and Spark stop; a second
+    signal stops at once. The jobs stay RUNNING for the coordinator: running the pipeline again
+    continues them. Exit 0 once every job was stopped (`lockstep stop`), 1 if one ended FAILED
+    (--max-restarts), 130 after Ctrl-C, 143 after SIGTERM.
     """
-    from spark_jobs.ops.runner import Supervisor, register_pipeline
+    from spark_jobs.ops.renewals import Renewals
+    from spark_jobs.ops.runner import STOP_DRAIN_S, Supervisor, register_pipeline, select_jobs
     from spark_jobs.runtime.job_metrics import serve
-    from spark_jobs.runtime.session import build_session
+    from spark_jobs.runtime.session import build_session, session_running
 
     if metrics_address is not None:
         serve(metrics_address)  # first: a bad or busy address is said before anything starts
@@ -65,29 +71,39 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
     unknown = [j for j in jobs if j not in known]
     if unknown:
         raise click.UsageError(f"no job or table {', '.join(unknown)} in {pipeline_file}; known: {', '.join(sorted(known))}")
-    try:
-        registered = register_pipeline(settings, pipeline)
-    except Rejected as exc:
-        raise Rejected(f"{exc}; nothing was started") from exc
-    for table in sorted({t.name for t in pipeline.derived} - {t.name for t in registered.derived}):
-        click.echo(f"table {table} exists already: its CREATE TABLE IF NOT EXISTS does nothing", err=True)
-    began = time.monotonic()
-    spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings, master=master, conf=confs)
-    click.echo(f"Spark session up in {time.monotonic() - began:.1f} s", err=True)
-    supervisor = Supervisor(spark, registered, settings, jobs, report=lambda message: click.echo(message, err=True),
-                            follow_status=True, max_restarts=max_restarts)
-    supervisor.start()
-    click.echo(f"running {len(supervisor.queries)} job(s): {', '.join(supervisor.queries)} (Ctrl-C stops)")
-    click.echo(f"live page: {settings.page_url}")
-    if metrics_address is not None:
-        click.echo(f"the jobs' metrics: http://{metrics_address}/metrics")
-    try:
-        supervisor.run(threading.Event())
-    except KeyboardInterrupt:
-        click.echo("stopping ...")
-        raise  # exit 130, once the jobs are stopped
-    finally:
-        supervisor.stop()
+    report = lambda message: click.echo(message, err=True)  # noqa: E731
+    with stop_signals() as stopping, ExitStack() as cleanup:
+        try:
+            registered = register_pipeline(settings, pipeline)
+        except Rejected as exc:
+            raise Rejected(f"{exc}; nothing was started") from exc
+        for table in sorted({t.name for t in pipeline.derived} - {t.name for t in registered.derived}):
+            click.echo(f"table {table} exists already: its CREATE TABLE IF NOT EXISTS does nothing", err=True)
+        # from now on, while Spark starts too: the leader must not take a pending table for abandoned
+        renewals = Renewals(settings, [j.job_id for j in select_jobs(registered, jobs)], report).start()
+        cleanup.callback(renewals.close)
+        try:
+            stopping.check()
+            began, owned = time.monotonic(), not session_running()
+            spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings, master=master, conf=confs)
+            if owned:  # not a session this process had already (a test's, a notebook's)
+                cleanup.callback(spark.stop)
+            click.echo(f"Spark session up in {time.monotonic() - began:.1f} s", err=True)
+            stopping.check()
+            supervisor = Supervisor(spark, registered, settings, jobs, report=report, follow_status=True,
+                                    max_restarts=max_restarts, renewals=renewals)
+            cleanup.callback(supervisor.stop, STOP_DRAIN_S)
+            supervisor.start()
+            click.echo(f"running {len(supervisor.queries)} job(s): {', '.join(supervisor.queries)} "
+                       "(Ctrl-C or SIGTERM stops)")
+            click.echo(f"live page: {settings.page_url}")
+            if metrics_address is not None:
+                click.echo(f"the jobs' metrics: http://{metrics_address}/metrics")
+            supervisor.run(stopping.event)
+            stopping.check()
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (Terminated): exit 130 or 143 once stopped
+            click.echo(f"stopping: each job's barrier in progress commits first (at most {STOP_DRAIN_S:.0f} s) ...")
+            raise
     failed = sorted(job for job, status in supervisor.ended.items() if status == JobStatus.FAILED)
     if failed:
         raise LockstepError(f"job(s) {', '.join(failed)} ended FAILED (the messages above say why); "

@@ -7,11 +7,13 @@ it once, prints ``"<label>: <message>"`` on stderr and exits with the error's co
 
 from __future__ import annotations
 
+import signal
+from types import FrameType
 from typing import Any
 
 import click
 
-from coordinator.domain.errors import ExitCode, LockstepError
+from coordinator.domain.errors import ExitCode, LockstepError, Terminated
 from coordinator.settings import Settings
 from lockstep.cli.demo import datagen, demo
 from lockstep.cli.dev import acls, dev, worker
@@ -27,6 +29,7 @@ EXIT_CODES = {
     ExitCode.UNREACHABLE: "the broker or the coordinator does not answer (dev status: the broker is stopped)",
     ExitCode.NOT_STARTED: "a part Lockstep starts itself (local broker, worker, Spark) could not start",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+    ExitCode.TERMINATED: "stopped cleanly after SIGTERM (kill PID, systemd, Kubernetes)",
 }
 
 
@@ -39,6 +42,9 @@ class LockstepGroup(click.Group):
         except LockstepError as exc:
             click.echo(f"{exc.label}: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except Terminated:
+            click.echo("terminated", err=True)
+            ctx.exit(ExitCode.TERMINATED)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(ExitCode.INTERRUPTED)
@@ -64,5 +70,13 @@ for command in (dev, worker, acls, demo, datagen, run, stop_job, revise, drop, e
 cli.add_command(emit_group, name="emit")
 
 
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM: raise ``Terminated`` in the main thread once; a second SIGTERM while the command
+    stops is ignored, so its cleanup is not cut short (SIGKILL still ends it)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated()
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     cli(prog_name="lockstep")

@@ -91,7 +91,8 @@ class RateGenerator:
         if self.rate < 1:
             raise ValueError("rate must be at least 1")
         self.rng = random.Random(self.seed)
-        self.producer = Producer(self.settings.kafka_config({"linger.ms": 5, "compression.type": "lz4"}))
+        self.producer = Producer(self.settings.kafka_config({"linger.ms": 5, "compression.type": "lz4"},
+                                                               client="lockstep-datagen"))
 
     def _delivered(self, error: object, _message: object) -> None:
         if error is not None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -20,16 +22,18 @@ from pyspark.sql.streaming import StreamingQuery
 from coordinator.client.commands import emit, new_request_id
 from coordinator.client.state import StateReader, read_state
 from coordinator.client.topics import Topics
-from coordinator.domain import Command, DeclareTable, DeregisterJob, JobState, RegisterJob, RenewJob
+from coordinator.domain import Command, DeclareTable, DeregisterJob, JobState, RegisterJob
 from coordinator.domain.errors import Rejected
 from coordinator.domain.events import END_STATUSES, JobStatus, TableKind
 from coordinator.domain.state import MetaState
-from coordinator.domain.work import BarrierWork
+from coordinator.domain.work import BarrierWork, ready_barrier
 from coordinator.settings import Settings
 from spark_jobs.ops.ctas_cleanup import CtasCleanup
 from spark_jobs.ops.hooks import JobEvent, JobHooks
 from spark_jobs.ops.openlineage_events import OpenLineageEvents
+from spark_jobs.ops.renewals import Renewals
 from spark_jobs.ops.upkeep import TableUpkeep
+from spark_jobs.ops.watchdog import Watchdog
 from spark_jobs.planning.pipeline import Job, Pipeline, RootTable
 from spark_jobs.planning.plans import plan_for
 from spark_jobs.runtime.commits import CompletionPublisher
@@ -37,6 +41,7 @@ from spark_jobs.runtime.epochs import TRIGGER_MS, register_barrier_source, setti
 from spark_jobs.runtime.ingest import RootIngestion, kafka_source_options
 from spark_jobs.runtime.ivm import TableMaintainer
 from spark_jobs.runtime.job_metrics import job_metrics
+from spark_jobs.runtime.session import spark_error
 from spark_jobs.runtime.storage import Storage
 
 
@@ -74,10 +79,20 @@ def _existing_elsewhere(settings: Settings, pipeline: Pipeline) -> set[str]:
     return {t.name for t in asked if t.name in state.tables and not ours(t.name)}
 
 
+@dataclass(frozen=True)
+class JobRun:
+    """A started job: its streaming query, and what processes its barriers (``close()`` it once
+    the query stopped, so its table's upkeep ends too)."""
+
+    query: StreamingQuery
+    processor: RootIngestion | TableMaintainer
+
+
 def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Settings,
-              on_barrier: Callable[[BarrierWork], None] | None = None) -> StreamingQuery:
+              on_barrier: Callable[[BarrierWork], None] | None = None, drain_flag: Path | None = None) -> JobRun:
     """Start one job as its own streaming query. Its writes use a session of their own, since
-    the per-barrier Delta txn settings are session SQL confs and jobs run concurrently."""
+    the per-barrier Delta txn settings are session SQL confs and jobs run concurrently. Once the
+    file ``drain_flag`` exists the job is offered no new barrier (``Supervisor.stop``)."""
     register_barrier_source(spark)
     session = spark.newSession()
     publisher = CompletionPublisher(settings)
@@ -104,16 +119,18 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
         spark.readStream.format("lockstep_barriers")
         .option("job_id", job.job_id)
         .options(**settings_options(settings))
+        .option("drain_flag", str(drain_flag or ""))
         .load()
     )
     checkpoint = settings.checkpoints / job.job_id
-    return (
+    query = (
         barriers.writeStream.queryName(job.job_id)
         .foreachBatch(batch)
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime=f"{TRIGGER_MS} milliseconds")
         .start()
     )
+    return JobRun(query, processor)
 
 
 def select_jobs(pipeline: Pipeline, only: Sequence[str] = ()) -> list[Job]:
@@ -123,9 +140,10 @@ def select_jobs(pipeline: Pipeline, only: Sequence[str] = ()) -> list[Job]:
 
 def start_jobs(spark: SparkSession, pipeline: Pipeline, settings: Settings,
                only: Sequence[str] = ()) -> list[StreamingQuery]:
-    return [start_job(spark, pipeline, job, settings) for job in select_jobs(pipeline, only)]
+    return [start_job(spark, pipeline, job, settings).query for job in select_jobs(pipeline, only)]
 
 
+STOP_DRAIN_S = 20.0  # how long a stop lets each job's barrier in progress commit (Ctrl-C, SIGTERM)
 CATCHING_UP = 10  # barriers behind the newest before `lockstep run` reports a job's progress
 PROGRESS_EVERY_S = 5.0
 
@@ -153,9 +171,13 @@ class Supervisor:
     ``PROGRESS_EVERY_S`` says where each stands and how long it may take. ``hooks`` hear of every
     start and end (``spark_jobs.ops.hooks``); the CTAS cleanup (``spark_jobs.ops.ctas_cleanup``)
     always listens. The jobs' tables are vacuumed every ``LOCKSTEP_VACUUM_EVERY_S`` (``upkeep``).
-    A job whose CTAS table is still pending (no first commit yet) is renewed (``RenewJob``) when it
-    starts and every third of the liveness window, so the leader knows this runner is alive
-    however long that first commit takes (it drops a pending table whose runner went silent).
+    A job whose CTAS table is still pending (no first commit yet) is renewed (``spark_jobs.ops.
+    renewals``; ``lockstep run`` starts them as soon as it registered the pipeline), so the leader
+    knows this runner is alive however long that first commit takes. A job with a barrier ready
+    for it whose table and Spark work stand still for ``LOCKSTEP_STUCK_AFTER_S`` is stopped and
+    restarted like a failed one (``spark_jobs.ops.watchdog``). ``stop(drain_s)`` lets each job's
+    barrier in progress commit (no new one is offered) before it stops the queries, so no Spark
+    job is cut off in the middle.
 
     Example::
 
@@ -174,25 +196,32 @@ class Supervisor:
     follow_status: bool = False  # stop jobs `lockstep stop` ended (reads their status once a second)
     finish_timeout: float = 120.0  # longest wait for the barrier in progress of a FINISHED job
     max_restarts: int | None = None  # None: restart a failing job forever
+    renewals: Renewals | None = None  # started at registration (lockstep run); else by start()
     queries: dict[str, StreamingQuery] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     ended: dict[str, str] = field(default_factory=dict)  # job id -> status, for jobs stopped here
     _retry_at: dict[str, float] = field(default_factory=dict)
     _status_reader: StateReader | None = None
+    _watchdog: Watchdog = field(init=False)
+    _stuck: dict[str, str] = field(default_factory=dict)  # job -> why the watchdog stopped it
+    _processors: dict[str, RootIngestion | TableMaintainer] = field(default_factory=dict)
     _status_read_at: float = 0.0
-    _renewed_at: float = 0.0
     _progress_at: float = 0.0
     _lagging: dict[str, tuple[float, int]] = field(default_factory=dict)  # job -> (when, behind) last said
     _upkeep: TableUpkeep | None = None
+    _drain_flag: Path = field(init=False)
 
     def __post_init__(self) -> None:
         lineage = [OpenLineageEvents(self.settings, self.pipeline)] if self.settings.openlineage else []
         self.hooks = [CtasCleanup(Storage(self.spark), self.settings, self.report), *lineage, *self.hooks]
+        self._drain_flag = self.settings.home / "run" / f"drain-{uuid.uuid4().hex}"  # this runner's own
+        self._watchdog = Watchdog(self.settings.stuck_after_s)
 
     def start(self) -> None:
         jobs = select_jobs(self.pipeline, self.only)
+        if self.renewals is None:
+            self.renewals = Renewals(self.settings, [j.job_id for j in jobs], self.report).start()
         self._upkeep = TableUpkeep(self.spark, self.settings, [j.sink for j in jobs], self.report).start()
-        self._renew([j.job_id for j in jobs])  # a restarted runner's jobs: registering them again was a no-op
         for job in jobs:
             self.queries[job.job_id] = self._start_job(job)
             self._tell("on_created", JobEvent(job.job_id, job.sink, JobStatus.RUNNING))
@@ -211,29 +240,38 @@ class Supervisor:
                 self.report(f"job {job.job_id} committed barrier {work.barrier}, {time.monotonic() - began:.1f} s after "
                             f"it started{took}")
 
-        query = start_job(self.spark, self.pipeline, job, self.settings, on_barrier=committed)
+        run = start_job(self.spark, self.pipeline, job, self.settings, on_barrier=committed, drain_flag=self._drain_flag)
         setup.append(time.monotonic() - began)
-        return query
+        self._processors[job.job_id] = run.processor
+        return run.query
 
     def poll(self) -> None:
-        """Stop jobs that were ended, notice failed ones and restart those whose backoff has passed."""
+        """Stop jobs that were ended, stop stuck ones (the watchdog), notice failed ones and
+        restart those whose backoff has passed."""
         now = time.monotonic()
-        for job in self._ended_jobs(now):
-            self._end(job)
-        self._renew_pending(now)
+        state = self._state_each_second(now)
+        if state is not None:
+            if self.follow_status:
+                self._report_progress(state, now)
+                for job_id in list(self.queries):
+                    if (known := state.jobs.get(job_id)) is not None and known.status in END_STATUSES:
+                        self._end(known)
+            self._watch(state, now)
         for job_id, query in list(self.queries.items()):
             if query.isActive:
                 continue
             job = next(j for j in self.pipeline.jobs if j.job_id == job_id)
             if job_id not in self._retry_at:
+                self._close(job_id)
                 error = query.exception()
                 self.failures[job_id] = self.failures.get(job_id, 0) + 1
-                first_line = str(error).splitlines()[0] if error else "stopped"
+                first_line = self._stuck.pop(job_id, None) or (str(error).splitlines()[0] if error else "stopped")
                 if self.max_restarts is not None and self.failures[job_id] > self.max_restarts:
                     self._give_up(job, first_line)
                     continue
                 delay = min(self.max_backoff, 2.0 ** (self.failures[job_id] - 1))
                 self._retry_at[job_id] = now + delay
+                self._watchdog.forget(job_id)
                 self.report(f"job {job_id} failed (the others keep running); restart in {delay:.0f} s: {first_line}")
                 job_metrics.restarts.labels(job_id).inc()
                 self._tell("on_failed", JobEvent(job_id, job.sink, JobStatus.RUNNING, error=first_line))
@@ -249,7 +287,6 @@ class Supervisor:
     def _give_up(self, job: Job, error: str) -> None:
         """Record a job that failed more than ``max_restarts`` times as FAILED and let it be."""
         del self.queries[job.job_id]
-        self.ended[job.job_id] = JobStatus.FAILED
         reason = f"failed {self.failures[job.job_id]} time(s): {error}"[:500]
         try:
             outcome = emit(self.settings, DeregisterJob(new_request_id(), job.job_id, JobStatus.FAILED, reason))
@@ -259,17 +296,50 @@ class Supervisor:
             self.report(f"could not record job {job.job_id} as FAILED: {exc}")
         self.report(f"job {job.job_id} gave up after {self.failures[job.job_id]} failure(s) (FAILED): {error}")
         self._tell("on_failed", JobEvent(job.job_id, job.sink, JobStatus.FAILED, reason, error))
+        self._ended(job.job_id, JobStatus.FAILED)
 
-    def _ended_jobs(self, now: float) -> list[JobState]:
-        """This process's jobs the coordinator records as ended (read at most once a second)."""
-        if not self.follow_status or now - self._status_read_at < 1.0 or not self.queries:
-            return []
+    def _state_each_second(self, now: float) -> MetaState | None:
+        """The coordinator's state, read at most once a second while there are jobs to follow or watch."""
+        if now - self._status_read_at < 1.0 or not self.queries or not (self.follow_status or self.settings.stuck_after_s):
+            return None
         self._status_read_at = now
-        state = self._read_state("job statuses")
-        if state is None:
-            return []
-        self._report_progress(state, now)
-        return [j for job_id in self.queries if (j := state.jobs.get(job_id)) is not None and j.status in END_STATUSES]
+        return self._read_state("the jobs' state")
+
+    def _watch(self, state: MetaState, now: float) -> None:
+        """Stop each running job the watchdog finds stuck (``spark_jobs.ops.watchdog``); the poll
+        then restarts it like a failed one."""
+        for job_id, query in list(self.queries.items()):
+            job = state.jobs.get(job_id)
+            if job is None or job.status != JobStatus.RUNNING or job_id in self._retry_at or not query.isActive:
+                self._watchdog.forget(job_id)
+                continue
+            done, ready = state.done_through(job), ready_barrier(state, job)
+            stuck_for = self._watchdog.observe(job_id, done, ready, self._activity(query) if ready > done else None, now)
+            if stuck_for is None:
+                continue
+            why = (f"stuck: its table holds barrier {done} while barrier {ready} is ready for it, and neither its table "
+                   f"nor its Spark work moved for {stuck_for:.0f} s (LOCKSTEP_STUCK_AFTER_S)")
+            self.report(f"job {job_id} is {why}; restarting it")
+            job_metrics.stuck.labels(job_id).inc()
+            self._watchdog.restarted(job_id, now)
+            self._stuck[job_id] = why
+            try:
+                query.stop()  # cancels its Spark jobs; this poll restarts it after the backoff
+            except Exception as exc:  # noqa: BLE001 - reported; the restart is tried all the same
+                self.report(f"job {job_id} did not stop cleanly: {spark_error(exc)}")
+
+    def _activity(self, query: StreamingQuery) -> tuple[int, int]:
+        """How far the Spark work of ``query``'s run got: its newest Spark job (every job of a run
+        is in the run's job group) and the tasks finished in its running ones."""
+        tracker = self.spark.sparkContext.statusTracker()
+        ids = set(tracker.getJobIdsForGroup(str(query.runId)))
+        finished = 0
+        for spark_job in ids.intersection(tracker.getActiveJobsIds()):
+            info = tracker.getJobInfo(spark_job)
+            for stage in info.stageIds if info is not None else ():
+                if (stage_info := tracker.getStageInfo(stage)) is not None:
+                    finished += stage_info.numCompletedTasks
+        return max(ids, default=-1), finished
 
     def _report_progress(self, state: MetaState, now: float) -> None:
         """A progress line for the jobs far behind (every ``PROGRESS_EVERY_S``), and one when all caught up."""
@@ -292,28 +362,6 @@ class Supervisor:
             self._lagging[job_id] = (now, behind)
         self.report(f"catching up to barrier {state.last_barrier()}: {'; '.join(parts)}")
 
-    def _renew_pending(self, now: float) -> None:
-        """Every third of the liveness window, renew this runner's running jobs whose table is
-        still pending (see the class)."""
-        if now - self._renewed_at >= self.settings.barriers.liveness_ms / 3000 and self.queries:
-            self._renewed_at = now
-            self._renew(list(self.queries))
-
-    def _renew(self, job_ids: list[str]) -> None:
-        """Send ``RenewJob`` for those of ``job_ids`` whose table is still pending."""
-        state = self._read_state("pending tables")
-        pending = set(state.pending()) if state is not None else set()
-        timeout = max(self.settings.barriers.liveness_ms / 3000, 1.0)
-        for job in self.pipeline.jobs:
-            if job.job_id not in job_ids or job.sink not in pending:
-                continue
-            try:
-                outcome = emit(self.settings, RenewJob(new_request_id(), job.job_id), timeout=timeout)
-                if not outcome.accepted:
-                    self.report(f"could not renew job {job.job_id}: {outcome.reason}")
-            except Exception as exc:  # noqa: BLE001 - renewed again next time; the job keeps running
-                self.report(f"could not renew job {job.job_id}: {exc}")
-
     def _read_state(self, what: str) -> MetaState | None:
         """The coordinator's state as of now, or None (reported) if it cannot be read."""
         try:
@@ -332,11 +380,27 @@ class Supervisor:
             while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
                 time.sleep(0.2)
         query.stop()
-        self.ended[job.job_id] = job.status
+        self._close(job.job_id)
         why = f": {job.reason}" if job.reason else ""
         self.report(f"job {job.job_id} stopped ({job.status}{why})")
         hook = {JobStatus.FINISHED: "on_finished", JobStatus.CANCELED: "on_canceled"}.get(job.status, "on_failed")
         self._tell(hook, JobEvent(job.job_id, job.sink, job.status, job.reason))
+        self._ended(job.job_id, job.status)
+
+    def _close(self, job_id: str) -> None:
+        """``job_id``'s query stopped: let its table's upkeep finish (reported if it failed)."""
+        processor = self._processors.pop(job_id, None)
+        if processor is not None:
+            try:
+                processor.close()
+            except Exception as exc:  # noqa: BLE001 - upkeep is an optimisation; the next start redoes it
+                self.report(f"job {job_id}: its table's upkeep did not finish: {spark_error(exc)}")
+
+    def _ended(self, job_id: str, status: str) -> None:
+        """Record a job ended here, once its hooks have heard of it (``ended`` is the last word)."""
+        if self.renewals is not None:
+            self.renewals.forget(job_id)
+        self.ended[job_id] = status
 
     def _tell(self, hook: str, event: JobEvent) -> None:
         for hooks in self.hooks:
@@ -350,11 +414,28 @@ class Supervisor:
         while self.queries and not stop.wait(every):
             self.poll()
 
-    def stop(self) -> None:
+    def stop(self, drain_s: float = 0.0) -> None:
+        """Stop every job. With ``drain_s``, first let each job's barrier in progress commit (no
+        new one is offered to it) for up to that many seconds, so its query stops between
+        batches instead of cutting a Spark job off; then stop the queries."""
         if self._upkeep is not None:
             self._upkeep.close()
-        for query in self.queries.values():
-            query.stop()
+        if drain_s > 0 and self.queries:
+            self._drain_flag.parent.mkdir(parents=True, exist_ok=True)
+            self._drain_flag.touch()
+            deadline = time.monotonic() + drain_s
+            for query in self.queries.values():
+                while time.monotonic() < deadline and query.isActive and query.status["isTriggerActive"]:
+                    time.sleep(0.1)
+        for job_id, query in self.queries.items():
+            try:
+                query.stop()
+            except Exception as exc:  # noqa: BLE001 - a batch that would not end (stopTimeout): stop the rest
+                self.report(f"job {job_id} did not stop cleanly: {spark_error(exc)}")
+            self._close(job_id)
+        self._drain_flag.unlink(missing_ok=True)
+        if self.renewals is not None:
+            self.renewals.close()
         if self._status_reader is not None:
             self._status_reader.close()
             self._status_reader = None

@@ -25,7 +25,7 @@ from coordinator.client.delivery import Delivered
 from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierCompleted, OffsetRange, PhaseTime, SourceVersion, entity_key
-from coordinator.faults import crash_point
+from coordinator.faults import crash_point, fires_once
 from coordinator.settings import CrashAt, Settings
 from spark_jobs.runtime.catalog import register_table
 from spark_jobs.runtime.delta_log import align_log_retention, newest_commit, parse_metadata, prepare_next_write
@@ -188,6 +188,8 @@ class DeltaSink:
         if known is not None:
             return known  # committed before a crash: Delta would skip the write anyway
         crash_point("before_commit", self.crash_at)
+        if fires_once("hang_before_commit", self.crash_at):  # drills: a Spark action that never ends
+            self.spark.sql("SELECT java_method('java.lang.Thread', 'sleep', 3600000L)").collect()
         watch = watch or Stopwatch()
         with watch.phase("upkeep"):
             self._finish_upkeep()
@@ -215,6 +217,13 @@ class DeltaSink:
             return version
         self._load_history()  # the write was a no-op: find the version of the earlier commit
         return self.versions.get((generation, barrier), self.version_at(barrier, generation))
+
+    def close(self) -> None:
+        """Let the upkeep after the last commit finish and end its thread: once a job's query has
+        stopped, nothing of it runs in Spark any more (a session stopped under it would log
+        its cut-off tasks)."""
+        self._finish_upkeep()
+        self._upkeep.shutdown(wait=True)
 
     def _finish_upkeep(self) -> None:
         """Wait for the upkeep after the last commit (so this write finds its work done); a
@@ -252,7 +261,15 @@ class CompletionPublisher:
         self.topic = Topics(settings.topic_prefix).completions
         self.crash_at = settings.crash_at
         self.codec = default_codec(settings.schemas)
-        self.producer = Producer(settings.kafka_config({"enable.idempotence": True, "linger.ms": 0}))
+        self.producer: Producer | None = Producer(settings.kafka_config({"enable.idempotence": True, "linger.ms": 0},
+                                                                    client="lockstep-completions"))
+
+    def close(self) -> None:
+        """Let go of the producer (librdkafka closes its connections once it is freed), so a
+        stopped job leaves no client behind that outlives the broker."""
+        if self.producer is not None:
+            self.producer.flush(10)
+            self.producer = None
 
     def publish(
         self,
@@ -274,6 +291,8 @@ class CompletionPublisher:
             tuple(offsets),
             started_at_ms, now_ms(), tuple(phases),
         )
+        if self.producer is None:
+            raise RuntimeError(f"the completion publisher of {table} is closed (its job stopped)")
         delivered = Delivered()  # flush() also returns 0 when the broker refused the record
         self.producer.produce(self.topic, key=entity_key(fact).encode(), value=self.codec.encode(fact), on_delivery=delivered)
         if self.producer.flush(30) != 0 or delivered.errors:

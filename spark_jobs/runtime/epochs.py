@@ -7,6 +7,10 @@ one. Each row of a batch is one barrier with what the job needs to process it (c
 versions); the job's ``foreachBatch`` then commits one Delta version per barrier and
 publishes a completion.
 
+A runner that stops (``spark_jobs.ops.runner``) creates the file named by the ``drain_flag``
+option: from then on no new barrier is offered, so the batch in progress commits and the query
+can be stopped between batches instead of in the middle of one.
+
 An offset also names the job's generation: when a revision bumps it, the next micro-batch
 starts over from the revision's barrier in the new generation (the running query follows;
 nothing restarts it). A revised root job's first barrier carries ``restore_to``.
@@ -25,7 +29,10 @@ Example::
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Iterator
+from types import TracebackType
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
@@ -50,14 +57,24 @@ def settings_options(settings: Settings) -> dict[str, str]:
 
 
 def register_barrier_source(spark: Any) -> None:
-    """Register ``lockstep_barriers`` once per Spark application (registration is global)."""
-    from pyspark.errors import AnalysisException
-
-    try:
+    """Register ``lockstep_barriers`` once per Spark session state (every job's query starts
+    here; registering again would replace it, with a warning)."""
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    if not manager.dataSourceExists(BarrierSource.name()):
         spark.dataSource.register(BarrierSource)
-    except AnalysisException as exc:
-        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
-            raise
+
+
+def _quiet_hang_up(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
+    """``sys.excepthook`` of a query's source runner process. Spark stops a query's Python source
+    by closing the runner's socket; the runner then reads EOF, fails to report that back over
+    the closed socket, and would print both tracebacks into the job's output at every stop. An
+    error that began with that hang-up ends the process quietly; any other is printed."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, EOFError):
+            return
+        seen = seen.__context__
+    sys.__excepthook__(kind, error, trace)
 
 
 class BarrierSource(DataSource):
@@ -81,6 +98,7 @@ class BarrierReader(SimpleDataSourceStreamReader):
     worker task runs to read them."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        sys.excepthook = _quiet_hang_up  # this process is the query's source runner (see there)
         self.job_id = options["job_id"]
         self.options = options
         self._follower: Any = None
@@ -107,6 +125,10 @@ class BarrierReader(SimpleDataSourceStreamReader):
         job = state.jobs.get(self.job_id)
         if job is None:
             raise RuntimeError(f"job {self.job_id!r} is not registered with the coordinator (run `lockstep run` first)")
+        if job.status not in END_STATUSES and job.sink not in state.tables:
+            # its commits would never count: fail loudly (the runner reports and retries) instead of stalling
+            raise RuntimeError(f"table {job.sink!r} of job {self.job_id!r} is not in the coordinator's catalog any "
+                               "more (dropped while the job ran); run the pipeline again to declare it")
         return job
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 - pyspark API
@@ -121,8 +143,9 @@ class BarrierReader(SimpleDataSourceStreamReader):
         with reader.lock:
             state = reader.state
             job = self._job(state)
-            if job.status in END_STATUSES:
-                return iter(()), start  # stopped (`lockstep stop`): no barrier after the one in progress
+            if job.status in END_STATUSES or self._draining():
+                # stopped (`lockstep stop`), or its runner is stopping: no barrier after the one in progress
+                return iter(()), start
             folded = reader.stats.events_folded
             if self._ready is None or self._ready[0] != folded:  # the state changed since it was last asked
                 self._ready = (folded, ready_barrier(state, job))
@@ -130,6 +153,12 @@ class BarrierReader(SimpleDataSourceStreamReader):
             if end == start:
                 return iter(()), start
             return iter(self._rows(state, job, start, end)), end
+
+    def _draining(self) -> bool:
+        """Whether the runner asked for no new barriers (``drain_flag``: a file it creates when
+        it stops, so the batch in progress commits and none starts after it)."""
+        flag = self.options.get("drain_flag")
+        return bool(flag) and os.path.exists(flag)
 
     def readBetweenOffsets(self, start: dict[str, int], end: dict[str, int]) -> Iterator[tuple[int, int, int, str]]:  # noqa: N802
         """A batch again after a restart: the same barriers, planned from the state as it is."""

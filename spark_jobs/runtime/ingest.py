@@ -77,6 +77,12 @@ class RootIngestion:
             .load()
         )
 
+    def close(self) -> None:
+        """The job's query stopped: finish its tables' upkeep (``DeltaSink.close``), let go of its producer."""
+        self.sink.close()
+        self.dlq.close()
+        self.publisher.close()
+
     def process(self, work: BarrierWork) -> None:
         started = now_ms()
         watch = Stopwatch()

@@ -84,8 +84,11 @@ class TableMaintainer:
 
     def changes(self, table: str, old: int, new: int) -> DataFrame:
         """Rows of ``table`` changed in versions ``(old, new]`` with a weight of +1 or -1."""
-        feed = (self.spark.read.format("delta").option("readChangeFeed", "true")
-                .option("startingVersion", old + 1).option("endingVersion", new).load(self.locate(table)))
+        # read as the path identifier delta.`path`: `.load(path)` passes the options to Delta twice
+        # (their given and lower-case spellings) and Spark warns three times a read
+        path = self.locate(table).replace("`", "``")
+        feed = (self.spark.read.option("readChangeFeed", "true").option("startingVersion", old + 1)
+                .option("endingVersion", new).table(f"delta.`{path}`"))
         sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
         return feed.withColumn(WEIGHT, sign).drop(*CDF_COLUMNS)
 
@@ -99,6 +102,11 @@ class TableMaintainer:
             frame.createOrReplaceTempView(name)
 
     # -- the barrier loop -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The job's query stopped: finish its table's upkeep (``DeltaSink.close``), let go of its producer."""
+        self.sink.close()
+        self.publisher.close()
 
     def process(self, work: BarrierWork) -> None:
         started = now_ms()

@@ -5,7 +5,8 @@ a slow table can be traced to planning, the Spark write or table upkeep without 
 * ``lockstep_job_commit_seconds{job}``: a barrier from its start to the published completion;
 * ``lockstep_job_phase_seconds{job,phase}``: each phase the job timed (``PhaseTime``);
 * ``lockstep_job_barriers_committed_total{job}``, ``lockstep_job_rows_committed_total{job}``;
-* ``lockstep_job_restarts_total{job}``: restarts after a failure (the Supervisor's).
+* ``lockstep_job_restarts_total{job}``: restarts after a failure (the Supervisor's);
+* ``lockstep_job_stuck_restarts_total{job}``: of those, the watchdog's (barriers waited, nothing moved).
 
 Example::
 
@@ -36,6 +37,9 @@ class JobMetrics:
         self.rows = Counter("lockstep_job_rows_committed", "Rows the job committed.", ["job"], registry=self.registry)
         self.restarts = Counter("lockstep_job_restarts", "Restarts of the job after a failure.", ["job"],
                                 registry=self.registry)
+        self.stuck = Counter("lockstep_job_stuck_restarts", "Restarts of the job by the watchdog: barriers were ready "
+                             "and neither its table nor its Spark work moved for LOCKSTEP_STUCK_AFTER_S.", ["job"],
+                             registry=self.registry)
 
     def committed(self, fact: BarrierCompleted) -> None:
         """Count a completion the job published."""

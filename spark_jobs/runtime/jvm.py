@@ -28,6 +28,18 @@ from coordinator.settings import Settings
 BASE_OPTIONS = "-Xss32m"
 # an archive the JVM cannot use is no error: it runs without, and says nothing
 QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+# Loggers whose warnings say nothing a Lockstep user can act on (their errors still show): a
+# barrier's micro-batch taking longer than the query's trigger interval is normal (the trigger
+# only asks for barriers); each job's scheduler pool is made on first use, with the defaults, on
+# purpose; a stopped query's cancellation of its job group finds nothing to cancel between
+# batches; Hadoop's native library is an optimisation Lockstep does not need; Spark truncates
+# the plan it describes to its listeners at every query (printing it whole would cost each
+# barrier more) and says so once per process.
+QUIET_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+                 "org.apache.spark.scheduler.FairSchedulableBuilder",
+                 "org.apache.spark.scheduler.DAGScheduler",
+                 "org.apache.hadoop.util.NativeCodeLoader",
+                 "org.apache.spark.util.SparkStringUtils")
 
 
 def archive_path(settings: Settings) -> Path:
@@ -43,11 +55,30 @@ def archive_path(settings: Settings) -> Path:
     return settings.jars / "jvm" / f"spark-{key}.jsa"
 
 
+def log_config(settings: Settings) -> Path:
+    """The driver's log4j2 configuration, written under ``LOCKSTEP_HOME`` when it changed: Spark's
+    console format at WARN, the ``QUIET_LOGGERS`` at ERROR. A configuration of our own also keeps
+    Spark from printing its "default log4j profile" banner into every job's output."""
+    lines = ["# made by Lockstep (spark_jobs.runtime.jvm): the Spark driver's logging", "rootLogger.level = warn",
+             "rootLogger.appenderRef.console.ref = console", "appender.console.type = Console",
+             "appender.console.name = console", "appender.console.target = SYSTEM_ERR",
+             "appender.console.layout.type = PatternLayout",
+             "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"]
+    for i, name in enumerate(QUIET_LOGGERS):
+        lines += [f"logger.quiet{i}.name = {name}", f"logger.quiet{i}.level = error"]
+    text = "\n".join(lines) + "\n"
+    path = settings.home / "spark" / "log4j2.properties"
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path
+
+
 def driver_java_options(settings: Settings) -> str:
-    """``spark.driver.extraJavaOptions``: the base options, the class archive if there is one, and
-    ``LOCKSTEP_DRIVER_JVM_OPTIONS``."""
+    """``spark.driver.extraJavaOptions``: the base options, the log configuration, the class
+    archive if there is one, and ``LOCKSTEP_DRIVER_JVM_OPTIONS``."""
     archive = archive_path(settings)
-    options = [BASE_OPTIONS]
+    options = [BASE_OPTIONS, f"-Dlog4j2.configurationFile={log_config(settings).absolute()}"]
     if archive.is_file():
         options.append(f"-XX:SharedArchiveFile={archive.absolute()} {QUIET_CDS}")
     if settings.driver_jvm_options:  # LOCKSTEP_DRIVER_JVM_OPTIONS

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 
 from coordinator.domain.errors import NotStarted
 from coordinator.settings import Settings
-from spark_jobs.runtime.jvm import driver_java_options
+from spark_jobs.runtime.jvm import QUIET_LOGGERS, driver_java_options
 
 # Small-machine defaults; every key can be overridden through ``conf``.
 DEFAULT_CONF: dict[str, str] = {
@@ -53,6 +53,20 @@ DEFAULT_CONF: dict[str, str] = {
     # the runner), instead of first come, first served: under FIFO an aggregate's barrier of a
     # few small tasks waited for all the root job's tasks of the next barrier.
     "spark.scheduler.mode": "FAIR",
+    # stopping a query waits this long for its micro-batch to end (Spark's default: for ever), so a
+    # hung one cannot hold up a runner's stop or the watchdog's restart of it
+    "spark.sql.streaming.stopTimeout": "60s",
+}
+
+# In local mode the driver's own executor heartbeats the driver. Its first heartbeat may come
+# before the SparkContext has registered it (a session starting on a busy machine): the driver
+# then asks it to re-register, which fails and logs a NullPointerException; and a heartbeat
+# late past the expiry (a long pause) makes every later one fail until the JVM exits. Heartbeats
+# carry nothing Lockstep needs locally (task metrics for a UI that is off), so they come rarely
+# and never expire.
+LOCAL_CONF: dict[str, str] = {
+    "spark.executor.heartbeatInterval": "60s",
+    "spark.storage.blockManagerHeartbeatTimeoutMs": "3600s",
 }
 
 # Every table this session creates keeps its log entries this long (LOCKSTEP_LOG_RETENTION_HOURS,
@@ -63,13 +77,6 @@ DEFAULT_CONF: dict[str, str] = {
 # deletes from its own inventory), so both get the same value.
 LOG_RETENTION_DEFAULT = "spark.databricks.delta.properties.defaults.logRetentionDuration"
 RETENTION_DEFAULTS = (LOG_RETENTION_DEFAULT, "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration")
-
-# Loggers whose warnings say nothing a Lockstep user can act on: a barrier's micro-batch
-# taking longer than the query's trigger interval is normal (the trigger only asks for barriers),
-# and each job's scheduler pool is made on first use, with the defaults, on purpose.
-QUIET_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
-                 "org.apache.spark.scheduler.FairSchedulableBuilder")
-
 
 class SparkSetupError(NotStarted):
     """Spark cannot start as configured; the message says how to fix it."""
@@ -124,8 +131,10 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name)
+    local: dict[str, str] = {}
     if master or not launched_by_spark_submit():  # spark-submit's --master decides for the processes it starts
         builder = builder.master(master or settings.spark_master)
+        local = LOCAL_CONF if (master or settings.spark_master).startswith("local") else {}
     builder = (
         builder
         .config("spark.jars", ",".join(str(j.absolute()) for j in spark_jars(settings, object_store)))
@@ -134,11 +143,11 @@ def build_session(
     retention = dict.fromkeys(RETENTION_DEFAULTS, f"interval {settings.log_retention_hours} hours")
     s3 = {f"spark.hadoop.{key}": value for key, value in settings.s3.hadoop_conf().items()}
     jvm = {"spark.driver.extraJavaOptions": driver_java_options(settings)}  # deep stacks, the class archive
-    for key, value in {**DEFAULT_CONF, **jvm, **retention, **s3, **catalog_conf(settings), **(conf or {})}.items():
+    for key, value in {**DEFAULT_CONF, **local, **jvm, **retention, **s3, **catalog_conf(settings), **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level or "WARN")
-    _quiet(spark, QUIET_LOGGERS)
+    _quiet(spark, QUIET_LOGGERS)  # also where the driver did not start with ``jvm.log_config`` (spark-submit)
     configure_storage(spark, settings)
     return spark
 
@@ -151,6 +160,14 @@ def configure_storage(spark: SparkSession, settings: Settings) -> None:
     hadoop = spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     for key, value in settings.s3.hadoop_conf().items():
         hadoop.set(key, value)
+
+
+def session_running() -> bool:
+    """Whether this process has a SparkContext already (``build_session`` would return its session):
+    a command stops only a session it started."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
 
 
 def launched_by_spark_submit() -> bool:

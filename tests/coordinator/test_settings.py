@@ -26,15 +26,17 @@ def test_kafka_passthrough_maps_variable_names_to_client_keys() -> None:
            "LOCKSTEP_KAFKA_SASL_USERNAME": "u", "LOCKSTEP_KAFKA_SASL_PASSWORD": "p"}
     assert kafka_passthrough(env) == {"sasl.mechanism": "PLAIN", "security.protocol": "SASL_SSL",
                                       "sasl.username": "u", "sasl.password": "p"}
-    config = Settings.from_env(env).kafka_config({"group.id": "g"})
+    config = Settings.from_env(env).kafka_config({"group.id": "g"}, client="lockstep-state")
     assert config == {
         "bootstrap.servers": "127.0.0.1:9092",
+        "client.id": "lockstep-state",
         "sasl.mechanism": "PLAIN",
         "security.protocol": "SASL_SSL",
         "sasl.username": "u",
         "sasl.password": "p",
         "group.id": "g",
     }
+    assert Settings.from_env({"LOCKSTEP_KAFKA_CLIENT_ID": "etl-7"}).kafka_config()["client.id"] == "etl-7"  # a user's wins
 
 
 def test_kafka_security_is_told_to_java_clients_in_their_own_words() -> None:

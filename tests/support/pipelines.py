@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 from coordinator.settings import Settings
-from spark_jobs.ops.runner import register_pipeline, start_jobs
+from spark_jobs.ops.renewals import Renewals
+from spark_jobs.ops.runner import JobRun, register_pipeline, start_job
 from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support.supervising import Stack
 
@@ -35,7 +35,8 @@ def run_pipeline(
 ) -> Iterator[Callable[[str], Settings]]:
     """Factory: ``run_pipeline(sql)`` starts a worker, registers the pipeline and runs its jobs;
     returns the settings they use. The jobs stop at the end of the test."""
-    queries: list[StreamingQuery] = []
+    runs: list[JobRun] = []
+    renewals: list[Renewals] = []
 
     def run(sql: str) -> Settings:
         worker = make_worker()
@@ -43,9 +44,14 @@ def run_pipeline(
                                        coordinator_url=worker.url)
         pipeline = parse_pipeline(sql)
         register_pipeline(settings, pipeline)
-        queries.extend(start_jobs(spark, pipeline, settings))
+        # as `lockstep run` does: a CTAS table whose first commit is slow is not taken for abandoned
+        renewals.append(Renewals(settings, [j.job_id for j in pipeline.jobs]).start())
+        runs.extend(start_job(spark, pipeline, job, settings) for job in pipeline.jobs)
         return settings
 
     yield run
-    for query in queries:
-        query.stop()
+    for job in runs:
+        job.query.stop()
+        job.processor.close()
+    for renewal in renewals:
+        renewal.close()

@@ -4,6 +4,7 @@ hooks, delays and lineage show it, and running the pipeline again continues wher
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -14,10 +15,12 @@ from pyspark.sql import SparkSession
 
 from coordinator.client.rest import get_json
 from coordinator.client.state import read_state
+from coordinator.settings import CrashAt
 from spark_jobs.api.lineage import lineage_frames
 from spark_jobs.ops.hooks import JobEvent, JobHooks
 from spark_jobs.ops.runner import register_pipeline
 from spark_jobs.planning.pipeline import parse_pipeline
+from spark_jobs.runtime.job_metrics import job_metrics
 from tests.support import wait_until
 from tests.support.barriers import at, wait_for_barrier
 from tests.support.http_sink import HttpSink
@@ -155,3 +158,29 @@ def test_a_job_run_again_far_behind_reports_its_progress_until_it_caught_up(
     progress = [r for r in reports if r.startswith("catching up to barrier ")]
     assert progress and "ingest_events at barrier" in progress[0] and " behind" in progress[0], reports
     assert reports.index(progress[0]) < next(i for i, r in enumerate(reports) if r.startswith("caught up: "))
+
+
+def test_the_watchdog_restarts_a_job_whose_spark_action_hangs(
+    spark: SparkSession, make_stack: Callable[[], Stack], make_topic: Callable, kafka_bootstrap: str,
+) -> None:
+    topic = make_topic(partitions=1)
+    stack = make_stack()
+    # the job's first barrier runs a Spark action that never ends (once in this process)
+    settings = dataclasses.replace(stack.settings, crash_at=CrashAt("hang_before_commit"), stuck_after_s=5)
+    pipeline = parse_pipeline(PIPELINE.format(topic=topic).split(";")[0] + ";")  # events alone
+    register_pipeline(settings, pipeline)
+    hooks, reports = Recorder(), []
+    records = KeyedRecords(kafka_bootstrap, topic)
+    stuck = lambda: job_metrics.registry.get_sample_value("lockstep_job_stuck_restarts_total",  # noqa: E731
+                                                          {"job": "ingest_events"}) or 0
+    stuck_before = stuck()
+    with supervised(spark, pipeline, settings, report=reports.append, hooks=[hooks]) as supervisor:
+        state, b = wait_for_barrier(settings, ["events"], records.send(10), topic, timeout=120)
+        assert supervisor.failures == {"ingest_events": 1}
+    said = [r for r in reports if "ingest_events is stuck" in r]
+    assert said and re.search(r"its table holds barrier \d+ while barrier \d+ is ready", said[0]), reports
+    assert any(r.startswith("job ingest_events restarted (attempt 2)") for r in reports), reports
+    assert hooks.of("ingest_events") == ["created", "failed"] and hooks.events[-1][1].error.startswith("stuck: ")
+    assert stuck() == stuck_before + 1
+    events = at(spark, settings, "events", state.exact_points("events")[b]).collect()
+    assert sorted(r["v"] for r in events) == [1] * 10  # the barrier the hang held up is in, once
