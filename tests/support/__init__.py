@@ -35,6 +35,23 @@ def run_lockstep(*args: str, env: Mapping[str, str], timeout: float = 120.0) -> 
                           timeout=timeout, cwd=ROOT)
 
 
+def lockstep_in_process(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``lockstep ARGS`` in this process (click's runner), as ``run_lockstep`` returns it: a
+    command that needs Spark then uses the test session's instead of starting a JVM of its own
+    (20 s and more on this machine). An unexpected exception's traceback goes to stderr."""
+    import traceback
+
+    from click.testing import CliRunner
+
+    from lockstep.cli import cli
+
+    result = CliRunner().invoke(cli, list(args), env=dict(env), prog_name="lockstep")
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(["lockstep", *args], result.exit_code, result.stdout, stderr)
+
+
 def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """A Prometheus text exposition parsed: (sample name, sorted labels) -> value."""
     from prometheus_client.parser import text_string_to_metric_families

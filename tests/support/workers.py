@@ -24,8 +24,10 @@ class Worker(WorkerProcess):
     """A real ``lockstep worker`` process, with the helpers tests need."""
 
     def get(self, path: str) -> Any:
-        """GET JSON; 4xx answers return their JSON error body."""
-        return get_json(Settings(coordinator_url=self.url), path, timeout=5)
+        """GET JSON; 4xx answers return their JSON error body. A worker on a loaded machine (a
+        drill's brokers restarting beside it) may take seconds to answer: 15 s before it counts
+        as unreachable."""
+        return get_json(Settings(coordinator_url=self.url), path, timeout=15)
 
     def get_text(self, path: str) -> str:
         with urllib.request.urlopen(self.url + path, timeout=5) as response:

@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from coordinator.settings import Settings
 from spark_jobs.api.reads import CoordinatorUnreachable, SnapshotError, open_snapshot
 from spark_jobs.demo.probes import FLIP_JOIN, Prober, wrong_prices
-from tests.support import run_lockstep
+from tests.support import lockstep_in_process, run_lockstep
 from tests.support.barriers import at, read_state, wait_for_barrier
 from tests.support.supervising import SHOPPING, Shoppers
 
@@ -124,16 +124,16 @@ def test_consistent_reads_while_the_pipeline_runs(
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
            "LOCKSTEP_WAREHOUSE": str(settings.warehouse), "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url,
            "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix, "LOCKSTEP_JARS": str(settings.jars.absolute())}
-    done = run_lockstep("query", "SELECT * FROM user_item_amount", "--as-of-barrier", str(old), "--format", "csv",
-                        env=env, timeout=300)
+    done = lockstep_in_process("query", "SELECT * FROM user_item_amount", "--as-of-barrier", str(old), "--format",
+                               "csv", env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     assert {(int(r["user_id"]), int(r["item_id"])): int(r["total_amount"]) for r in rows} == dict(expected)
     assert f"barrier {old}; versions user_item_amount={state.exact_points('user_item_amount')[old]}" in done.stderr
-    bad = run_lockstep("query", "SELECT * FROM nope", env=env, timeout=300)
+    bad = lockstep_in_process("query", "SELECT * FROM nope", env=env)
     assert bad.returncode == 1 and "unknown table(s): nope" in bad.stderr
 
-    lineage = run_lockstep("query", FLIP_LINEAGE, "--format", "json", env=env, timeout=300)
+    lineage = lockstep_in_process("query", FLIP_LINEAGE, "--format", "json", env=env)
     assert lineage.returncode == 0, lineage.stderr[-2000:]
     assert sorted(json.loads(line)["table_name"] for line in lineage.stdout.splitlines()) == ["user_item_amount",
                                                                                              "user_item_price"]

@@ -16,7 +16,7 @@ from coordinator.domain.errors import UnknownTables
 from coordinator.settings import Settings
 from spark_jobs.api.reads import open_snapshot
 from spark_jobs.ops.vacuum import vacuum
-from tests.support import run_lockstep
+from tests.support import lockstep_in_process
 from tests.support.barriers import at, wait_for_barrier
 from tests.support.supervising import KeyedRecords
 
@@ -56,14 +56,14 @@ def test_vacuum_keeps_what_a_repeatable_read_snapshot_and_the_jobs_need(
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
                "LOCKSTEP_WAREHOUSE": str(settings.warehouse), "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix,
                "LOCKSTEP_JARS": str(settings.jars.absolute())}
-        dry = run_lockstep("vacuum", "sums", "--dry-run", "--retain-barriers", "0", env=env, timeout=300)
+        dry = lockstep_in_process("vacuum", "sums", "--dry-run", "--retain-barriers", "0", env=env)
         assert dry.returncode == 0, dry.stderr[-2000:]
         assert f"versions >= {held} stay readable" in dry.stdout, dry.stdout
         assert f"keeps version {held}: lease {snap.lease_id}" in dry.stdout, dry.stdout
         assert "would delete" in dry.stdout and "would delete 0 file" not in dry.stdout, dry.stdout
         assert data_files(settings, "sums") == files  # a dry run deletes nothing
-        as_json = run_lockstep("vacuum", "sums", "--dry-run", "--retain-barriers", "0", "--format", "json", env=env,
-                               timeout=300)
+        as_json = lockstep_in_process("vacuum", "sums", "--dry-run", "--retain-barriers", "0", "--format", "json",
+                                      env=env)
         assert as_json.returncode == 0, as_json.stderr[-2000:]
         (table,) = json.loads(as_json.stdout)["tables"]
         assert (table["table"], table["floor"], table["dry_run"]) == ("sums", held, True) and table["files"]
@@ -88,5 +88,5 @@ def test_vacuum_keeps_what_a_repeatable_read_snapshot_and_the_jobs_need(
 
     with pytest.raises(UnknownTables, match="unknown table"):
         vacuum(spark, settings, ["nope"])
-    bad = run_lockstep("vacuum", "nope", env=env, timeout=120)
+    bad = lockstep_in_process("vacuum", "nope", env=env)
     assert bad.returncode == 1 and "unknown table(s): nope; registered: events, sums" in bad.stderr, bad.stderr
