@@ -28,7 +28,7 @@ class QueryError(LockstepError):
 @click.command()
 @click.argument("sql")
 @click.option("--consistency", type=LEVEL_CHOICE, default=ReadLevel.READ_COMMITTED.value, show_default=True,
-              help="Read level (see README / DESIGN.md).")
+              help="Read level (README: Consistent reads).")
 @click.option("--as-of-barrier", type=click.IntRange(1), help="Read every table at this barrier's exact point.")
 @click.option("--as-of-timestamp", help="Read at the newest barrier announced at or before this time "
               "(epoch ms or ISO-8601, e.g. 2026-11-21T20:00:00).")
