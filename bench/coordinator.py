@@ -179,11 +179,12 @@ def bench_commands(requests: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from coordinator.client.commands import CommandClient, new_request_id
+    from coordinator.client.topics import create_topics
     from coordinator.domain import DeclareTable, RegisterJob
 
     with running_worker() as (settings, _):
         admin = AdminClient(settings.kafka_config())
-        admin.create_topics([NewTopic("bench.echo", 1, 1)])["bench.echo"].result(30)
+        create_topics(admin, [NewTopic("bench.echo", 1, 1)])
         producer = Producer(settings.kafka_config({"linger.ms": 0}))
         consumer = Consumer(settings.kafka_config({"group.id": "bench-echo", "log_level": 3}))
         producer.produce("bench.echo", b"warm-up")

@@ -192,11 +192,13 @@ def main() -> None:
         return
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from coordinator.client.topics import create_topics
+
     with tempfile.TemporaryDirectory() as name, stack(Path(name), "lockstep", 1000) as (env, _servers):
         tmp = Path(name)
         env = {**env, "LOCKSTEP_WAREHOUSE": str(tmp / "wh")}
         admin = AdminClient({"bootstrap.servers": env["LOCKSTEP_BOOTSTRAP"]})
-        admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
+        create_topics(admin, [NewTopic(TOPIC, 2, 1)])
         pipeline = tmp / "pipeline.sql"
         pipeline.write_text(PIPELINE.format(topic=TOPIC))
         feed = Feed(env["LOCKSTEP_BOOTSTRAP"], args.rate)

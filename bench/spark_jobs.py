@@ -52,8 +52,10 @@ def produce(bootstrap: str, topic: str, records: int, keys: int) -> dict[int, in
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from coordinator.client.topics import create_topics
+
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    create_topics(admin, [NewTopic(topic, 2, 1)])
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000})
     for i in range(records):
         key = i % keys

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
+from coordinator.client.topics import create_topics
 from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.settings import Settings
 from tests.support import ROOT
@@ -95,7 +96,7 @@ def make_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
 
     def make(partitions: int = 1, config: dict[str, str] | None = None, prefix: str = "t") -> str:
         name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-        admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(timeout=30)
+        create_topics(admin, [NewTopic(name, partitions, 1, config=config or {})])
         created.append(name)
         return name
 

@@ -15,9 +15,10 @@ reader folds from the beginning in about a second and then follows the head.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # exported, not in __all__
     AdminClient,
     AlterConfigOpType,
@@ -26,10 +27,19 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # exported, n
     NewTopic,
     ResourceType,
 )
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from coordinator.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# Errors a CreateTopics request meets while a fresh client learns the cluster or a controller is
+# elected: librdkafka retires its bootstrap connections once it knows the brokers, failing what
+# was in flight on them with _DESTROY_BROKER
+PASSING = frozenset({
+    KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_CONTROLLER, KafkaError._ALL_BROKERS_DOWN,
+})
 
 COMPACTED = {
     "cleanup.policy": "compact",
@@ -99,16 +109,44 @@ def ensure_topics(settings: Settings, topics: Topics) -> list[str]:
         for name, config in configs.items()
         if name not in existing
     ]
-    if not wanted:
-        return []
-    created = []
-    for name, future in admin.create_topics(wanted).items():
-        try:
-            future.result(timeout=30)
-            created.append(name)
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):  # another worker won the race
-                raise
+    return create_topics(admin, wanted)
+
+
+def _passing(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and (exc.args[0].code() in PASSING or exc.args[0].retriable())
+
+
+def create_topics(admin: AdminClient, wanted: Iterable[NewTopic], timeout: float = 30.0) -> list[str]:
+    """Create ``wanted``, asking again for up to ``timeout`` seconds while an error passes (see
+    ``PASSING``); returns the topics this call created, sorted. A topic that exists already is
+    no error (another client won the race, or an earlier attempt of this one did).
+
+    Example::
+
+        create_topics(AdminClient({"bootstrap.servers": "127.0.0.1:9092"}), [NewTopic("orders", 2, 1)])
+    """
+    remaining = {topic.topic: topic for topic in wanted}
+    created: list[str] = []
+
+    def attempt() -> None:
+        failures: list[KafkaException] = []
+        for name, future in admin.create_topics(list(remaining.values()), request_timeout=timeout).items():
+            try:
+                future.result(timeout=timeout)
+                created.append(name)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    failures.append(exc)
+                    continue
+            del remaining[name]
+        if failures:
+            raise next((f for f in failures if not _passing(f)), failures[0])
+
+    if remaining:
+        for retry in Retrying(retry=retry_if_exception(_passing), stop=stop_after_delay(timeout),
+                              wait=wait_exponential(multiplier=0.2, max=2), reraise=True):
+            with retry:
+                attempt()
     return sorted(created)
 
 

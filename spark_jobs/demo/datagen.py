@@ -24,9 +24,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from coordinator.client.topics import create_topics
 from coordinator.settings import Settings
 
 # (random source, produce time in epoch ms) -> (record key, record)
@@ -64,13 +65,7 @@ def ensure_topic(settings: Settings, topic: str, partitions: int) -> bool:
     admin = AdminClient(settings.kafka_config())
     if topic in admin.list_topics(timeout=10).topics:
         return False
-    try:
-        admin.create_topics([NewTopic(topic, partitions, settings.replication_factor)])[topic].result(timeout=30)
-    except KafkaException as exc:
-        if "TOPIC_ALREADY_EXISTS" not in str(exc):
-            raise
-        return False
-    return True
+    return bool(create_topics(admin, [NewTopic(topic, partitions, settings.replication_factor)]))
 
 
 @dataclass

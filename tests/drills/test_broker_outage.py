@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
+from coordinator.client.topics import create_topics
 from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.domain.errors import LockstepError
 from coordinator.settings import Settings
@@ -80,7 +81,7 @@ def test_a_running_pipeline_outlives_its_broker_and_loses_or_duplicates_nothing(
     coordinator_env["LOCKSTEP_BOOTSTRAP"] = own_broker.bootstrap
     topic = f"events_{tmp_path.name[-8:]}".replace("-", "_")
     admin = AdminClient({"bootstrap.servers": own_broker.bootstrap})
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)
+    create_topics(admin, [NewTopic(topic, 2, 1)])
     worker = make_worker()
     settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=str(tmp_path / "wh"), home=tmp_path / "home",
                                    coordinator_url=worker.url)

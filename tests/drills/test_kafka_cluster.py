@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
+from coordinator.client.topics import create_topics
 from coordinator.dev.broker import LocalKafkaCluster
 from coordinator.dev.service import free_port
 from coordinator.domain.errors import Unreachable
@@ -67,7 +68,7 @@ def test_a_pipeline_loses_neither_a_barrier_nor_a_record_when_a_broker_and_then_
     coordinator_env |= {"LOCKSTEP_BOOTSTRAP": cluster.bootstrap, "LOCKSTEP_REPLICATION_FACTOR": "3"}
     topic = f"events_{os.getpid()}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"})])[topic].result(timeout=30)
+    create_topics(admin, [NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"})])
     worker = make_worker()
     settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=str(tmp_path / "wh"),
                                    home=tmp_path / "home", coordinator_url=worker.url)

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 
 from coordinator.client.acls import grant
 from coordinator.client.commands import emit, new_request_id
-from coordinator.client.topics import Topics
+from coordinator.client.topics import Topics, create_topics
 from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.domain import DeclareTable
 from coordinator.domain.errors import NotAuthorised
@@ -79,7 +79,7 @@ def test_each_role_runs_with_its_acls_and_a_principal_without_them_writes_nothin
 
     admin = Settings.from_env(env("admin"))
     kafka_admin = AdminClient(secured_broker.client_config())
-    kafka_admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    create_topics(kafka_admin, [NewTopic(topic, 2, 1)])
     for user, role in (("coordinator", "coordinator"), ("jobs", "job"), ("reader", "reader")):
         grant(admin, f"User:{user}", role, [topic])
 

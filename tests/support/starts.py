@@ -32,6 +32,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.client.rest import get_json
+from coordinator.client.topics import create_topics
 from coordinator.dev.broker import free_port
 from coordinator.dev.worker import WorkerProcess
 from coordinator.domain.errors import ExitCode, Unreachable
@@ -70,7 +71,7 @@ class LoadFeed(threading.Thread):
 
     def use(self, topic: str) -> None:
         """Create ``topic`` and produce to it from now on."""
-        self.admin.create_topics([NewTopic(topic, self.partitions, 1)])[topic].result(30)
+        create_topics(self.admin, [NewTopic(topic, self.partitions, 1)])
         self.topic = topic
 
     def run(self) -> None:
