@@ -99,18 +99,21 @@ class TableBuilder:
                                 max_restarts=0)
         supervisor.start()
         deadline = time.monotonic() + float(options.get("timeout", 300))
-        while True:
-            supervisor.poll()
-            if job.job_id in supervisor.ended:
-                raise CtasError(f"CREATE TABLE {self.name} AS SELECT failed before its first commit; the table "
-                                f"and its files were removed: {'; '.join(messages)}")
-            if read_state(settings).created(self.name):
-                break
-            if time.monotonic() > deadline:
-                supervisor.stop()
-                raise CtasError(f"table {self.name!r} got no first commit within {options.get('timeout', 300)} s; "
-                                f"its job is still registered: `lockstep stop {job.job_id} --cancel` removes it")
-            time.sleep(0.5)
+        try:
+            while True:
+                supervisor.poll()
+                if job.job_id in supervisor.ended:
+                    raise CtasError(f"CREATE TABLE {self.name} AS SELECT failed before its first commit; the table "
+                                    f"and its files were removed: {'; '.join(messages)}")
+                if read_state(settings).created(self.name):
+                    break
+                if time.monotonic() > deadline:
+                    raise CtasError(f"table {self.name!r} got no first commit within {options.get('timeout', 300)} "
+                                    f"s; its job is still registered: `lockstep stop {job.job_id} --cancel` removes it")
+                time.sleep(0.5)
+        except BaseException:
+            supervisor.stop()  # its renewals and state reader too: nothing of a failed CTAS stays behind
+            raise
         restarts = options.get("max_restarts")
         supervisor.max_restarts = int(restarts) if restarts is not None else None
         return MaintainedTable(self.name, job.job_id, supervisor)

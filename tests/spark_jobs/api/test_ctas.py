@@ -3,6 +3,7 @@ created by that very commit, and gone without a trace if its job fails before it
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -71,8 +72,10 @@ def test_ctas_appears_at_its_first_commit_and_a_failed_one_leaves_nothing(
         tops.stop()
         assert read_state(settings).jobs["maintain_tops"].status == "FINISHED"
         failing = ContinuousQuery(spark, "SELECT k, CAST(assert_true(v < 0) AS INT) AS negative FROM events", settings)
+        renewing = [t for t in threading.enumerate() if t.name == "lockstep-renewals"]
         with pytest.raises(CtasError, match="failed before its first commit"):
             failing.save_as("negatives").create()
+        assert [t for t in threading.enumerate() if t.name == "lockstep-renewals"] == renewing  # its own stopped
         assert "negatives" not in read_state(settings).tables
         assert not Path(settings.table_location("negatives")).exists()
 
