@@ -4,7 +4,11 @@ Example::
 
     pipeline = load_pipeline(Path("pipelines/shopping.sql"))
     register_pipeline(settings, pipeline)          # raises Rejected: nothing is started then
-    queries = start_jobs(spark, pipeline, settings)  # one streaming query per job
+    runs = start_jobs(spark, pipeline, settings)   # one streaming query per job
+    ...
+    for run in runs:
+        run.query.stop()
+        run.processor.close()                      # its table's upkeep and clients
 """
 
 from __future__ import annotations
@@ -138,9 +142,8 @@ def select_jobs(pipeline: Pipeline, only: Sequence[str] = ()) -> list[Job]:
     return [j for j in pipeline.jobs if not only or j.job_id in only or j.sink in only]
 
 
-def start_jobs(spark: SparkSession, pipeline: Pipeline, settings: Settings,
-               only: Sequence[str] = ()) -> list[StreamingQuery]:
-    return [start_job(spark, pipeline, job, settings).query for job in select_jobs(pipeline, only)]
+def start_jobs(spark: SparkSession, pipeline: Pipeline, settings: Settings, only: Sequence[str] = ()) -> list[JobRun]:
+    return [start_job(spark, pipeline, job, settings) for job in select_jobs(pipeline, only)]
 
 
 STOP_DRAIN_S = 20.0  # how long a stop lets each job's barrier in progress commit (Ctrl-C, SIGTERM)

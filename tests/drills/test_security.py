@@ -86,14 +86,14 @@ def test_each_role_runs_with_its_acls_and_a_principal_without_them_writes_nothin
     port = free_port()
     worker = Worker({**env("coordinator"), "LOCKSTEP_COORDINATOR_URL": f"http://127.0.0.1:{port}"}, port,
                     tmp_path / "worker.log").start()
-    queries = []
+    runs = []
     try:
         place = {"warehouse": str(tmp_path / "wh"), "coordinator_url": worker.url}
         jobs = dataclasses.replace(Settings.from_env(env("jobs")), **place)
         reader = dataclasses.replace(Settings.from_env(env("reader")), **place)
         pipeline = parse_pipeline(PIPELINE.format(topic=topic))
         register_pipeline(jobs, pipeline)
-        queries = start_jobs(spark, pipeline, jobs)
+        runs = start_jobs(spark, pipeline, jobs)
 
         producer = Producer(secured_broker.client_config())
         for i in range(100):
@@ -122,6 +122,7 @@ def test_each_role_runs_with_its_acls_and_a_principal_without_them_writes_nothin
         state = read_state(jobs)
         assert "forged" not in state.tables and set(state.tables) == {"sales", "per_shop"}
     finally:
-        for query in queries:
-            query.stop()
+        for run in runs:
+            run.query.stop()
+            run.processor.close()
         worker.stop()
