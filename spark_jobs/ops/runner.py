@@ -146,6 +146,12 @@ def start_jobs(spark: SparkSession, pipeline: Pipeline, settings: Settings, only
     return [start_job(spark, pipeline, job, settings) for job in select_jobs(pipeline, only)]
 
 
+def _await_batch(query: StreamingQuery, deadline: float) -> None:
+    """Wait until ``query``'s batch in progress ended (its barrier committed), or ``deadline``."""
+    while time.monotonic() < deadline and query.isActive and query.status["isTriggerActive"]:
+        time.sleep(0.1)
+
+
 STOP_DRAIN_S = 20.0  # how long a stop lets each job's barrier in progress commit (Ctrl-C, SIGTERM)
 CATCHING_UP = 10  # barriers behind the newest before `lockstep run` reports a job's progress
 PROGRESS_EVERY_S = 5.0
@@ -379,9 +385,7 @@ class Supervisor:
         query = self.queries.pop(job.job_id)
         self._retry_at.pop(job.job_id, None)
         if job.status == JobStatus.FINISHED:  # no new barrier is offered to it; let the one in progress commit
-            deadline = time.monotonic() + self.finish_timeout
-            while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
-                time.sleep(0.2)
+            _await_batch(query, time.monotonic() + self.finish_timeout)
         query.stop()
         self._close(job.job_id)
         why = f": {job.reason}" if job.reason else ""
@@ -428,8 +432,7 @@ class Supervisor:
             self._drain_flag.touch()
             deadline = time.monotonic() + drain_s
             for query in self.queries.values():
-                while time.monotonic() < deadline and query.isActive and query.status["isTriggerActive"]:
-                    time.sleep(0.1)
+                _await_batch(query, deadline)
         for job_id, query in self.queries.items():
             try:
                 query.stop()
