@@ -159,6 +159,9 @@ class Settings:
     vacuum_every_s: int = 600  # `lockstep run` vacuums its jobs' tables this often (0: never)
     stuck_after_s: int = 60  # a job with barriers waiting and no progress this long is restarted (0: never)
     log_retention_hours: int = 24  # Delta log entries older than this (rounded down to midnight) go at a checkpoint
+    schema_registry_url: str = ""  # a Confluent-compatible schema registry (formats avro-confluent, ...); "": none
+    connect_url: str = "http://127.0.0.1:8083"  # Kafka Connect's REST API (`lockstep dev up --connect` runs one)
+    postgres_url: str = "postgresql://postgres@127.0.0.1:5432/lockstep"  # the source database of `dev up --postgres`
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -193,6 +196,10 @@ class Settings:
             vacuum_every_s=_whole_number(env, "LOCKSTEP_VACUUM_EVERY_S", 600, minimum=0),
             stuck_after_s=_whole_number(env, "LOCKSTEP_STUCK_AFTER_S", 60, minimum=0),
             log_retention_hours=_whole_number(env, "LOCKSTEP_LOG_RETENTION_HOURS", 24),
+            schema_registry_url=_http_url(env, "LOCKSTEP_SCHEMA_REGISTRY_URL", "",
+                                          "http://127.0.0.1:8081/apis/ccompat/v7"),
+            connect_url=_http_url(env, "LOCKSTEP_CONNECT_URL", "http://127.0.0.1:8083", "http://127.0.0.1:8083"),
+            postgres_url=_postgres_url(env.get("LOCKSTEP_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/lockstep")),
         )
         _ = settings.bootstrap_port  # validate early, with a message that names the variable
         _ = settings.coordinator_port
@@ -332,6 +339,33 @@ def _metastore(raw: str) -> str:
                             "service; set it like LOCKSTEP_METASTORE=jdbc:derby://127.0.0.1:1527/metastore "
                             "(lockstep dev up --metastore) or LOCKSTEP_METASTORE=thrift://host:9083")
     return raw
+
+
+def _http_url(env: Mapping[str, str], name: str, default: str, example: str) -> str:
+    """An http(s) URL without a trailing slash, or ``default`` if the variable is unset."""
+    raw = env.get(name, "").strip().rstrip("/")
+    if not raw:
+        return default
+    url = urlparse(raw)
+    try:
+        _ = url.port
+    except ValueError:
+        url = url._replace(netloc="")
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise SettingsError(f"{name}={raw!r} is not an http(s) URL; set it like {name}={example}")
+    return raw
+
+
+def _postgres_url(raw: str) -> str:
+    url = urlparse(raw.strip())
+    try:
+        _ = url.port
+    except ValueError:
+        url = url._replace(netloc="")
+    if url.scheme not in ("postgresql", "postgres") or not url.hostname or not url.path.strip("/"):
+        raise SettingsError(f"LOCKSTEP_POSTGRES_URL={raw!r} is not postgresql://user@host:port/database; set it like "
+                            "LOCKSTEP_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/lockstep")
+    return raw.strip()
 
 
 def _s3_access(env: Mapping[str, str]) -> S3Access:

@@ -85,6 +85,7 @@ class LocalService:
     main_class = ""
     error: type[ServiceError] = ServiceError
     port_setting = ""  # how a user gives it another port, for the port-in-use error
+    stop_signal = signal.SIGTERM  # the signal that asks the server to stop (then SIGKILL after the timeout)
 
     def __init__(self, home: Path, port: int) -> None:
         self.home = Path(home).absolute()
@@ -151,7 +152,7 @@ class LocalService:
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return False
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, self.stop_signal)
         if not wait_exit(pid, timeout):
             os.kill(pid, signal.SIGKILL)
             wait_exit(pid, 10.0)

@@ -12,7 +12,10 @@ from rich.table import Table
 from coordinator.client.acls import ROLES, grant, grants
 from coordinator.client.topics import Topics
 from coordinator.dev.broker import BrokerStatus, LocalBroker, LocalKafkaCluster
+from coordinator.dev.connect import LocalConnect
 from coordinator.dev.metastore import LocalMetastore
+from coordinator.dev.postgres import LocalPostgres
+from coordinator.dev.registry import LocalRegistry
 from coordinator.dev.s3 import LocalS3
 from coordinator.dev.spark import LocalSparkCluster
 from coordinator.domain.errors import ExitCode, UsageError
@@ -38,6 +41,25 @@ def local_metastore(settings: Settings) -> LocalMetastore:
     return meta
 
 
+def local_cdc(settings: Settings, postgres: bool, registry: bool, connect: bool
+              ) -> tuple[LocalPostgres | None, LocalRegistry | None, LocalConnect | None]:
+    """The change-data-capture servers asked for (Connect needs the registry), or a usage error
+    naming the variable that puts one off loopback."""
+    pg = reg = worker = None
+    if postgres and (pg := LocalPostgres.for_settings(settings)) is None:
+        raise UsageError(f"LOCKSTEP_POSTGRES_URL={settings.postgres_url} is not postgres@127.0.0.1; the local "
+                         "PostgreSQL only runs on loopback for its superuser. Unset it or use "
+                         "postgresql://postgres@127.0.0.1:<port>/<database>.")
+    if (registry or connect) and (reg := LocalRegistry.for_settings(settings)) is None:
+        raise UsageError(f"LOCKSTEP_SCHEMA_REGISTRY_URL={settings.schema_registry_url} is not on 127.0.0.1; the "
+                         "local registry (which the local Connect writes to) only runs on loopback. Unset it or use "
+                         "http://127.0.0.1:<port>/apis/ccompat/v7.")
+    if connect and reg is not None and (worker := LocalConnect.for_settings(settings, reg)) is None:
+        raise UsageError(f"LOCKSTEP_CONNECT_URL={settings.connect_url} is not on 127.0.0.1; the local Kafka Connect "
+                         "only runs on loopback. Unset it or use http://127.0.0.1:<port>.")
+    return pg, reg, worker
+
+
 def describe(status: BrokerStatus) -> str:
     if not status.running:
         return f"broker: stopped (bootstrap {status.bootstrap})"
@@ -49,7 +71,9 @@ def describe(status: BrokerStatus) -> str:
 def dev() -> None:
     """Run the local development stack: a real single-node KRaft Kafka broker on 127.0.0.1 and,
     with --s3, an S3-API server (s3proxy) for an s3a:// warehouse; with --metastore, a Hive
-    metastore database (Derby's network server) that names the tables."""
+    metastore database (Derby's network server) that names the tables; with --postgres,
+    --registry and --connect, a change-data-capture source (PostgreSQL, a schema registry,
+    Kafka Connect with Debezium)."""
 
 
 @dev.command()
@@ -66,14 +90,25 @@ def dev() -> None:
               help="Also start the Hive metastore's database (Derby's network server on the port of a "
                    "jdbc:derby://127.0.0.1:PORT/... LOCKSTEP_METASTORE, default 1527); prints the LOCKSTEP_METASTORE "
                    "that makes every Lockstep table readable by name.")
+@click.option("--postgres", "with_postgres", is_flag=True,
+              help="Also start PostgreSQL with logical decoding on (LOCKSTEP_POSTGRES_URL's port and database, "
+                   "default postgresql://postgres@127.0.0.1:5432/lockstep), a source for Debezium.")
+@click.option("--registry", "with_registry", is_flag=True,
+              help="Also start a schema registry (Apicurio, in memory) whose Confluent-compatible API is "
+                   "LOCKSTEP_SCHEMA_REGISTRY_URL (default http://127.0.0.1:8081/apis/ccompat/v7).")
+@click.option("--connect", "with_connect", is_flag=True,
+              help="Also start Kafka Connect (standalone, REST on LOCKSTEP_CONNECT_URL, default "
+                   "http://127.0.0.1:8083) with Debezium's PostgreSQL connector, writing Avro through the "
+                   "registry (implies --registry). Add connectors with POST /connectors.")
 @click.option("--timeout", default=90.0, show_default=True, help="Seconds to wait for each server to answer.")
 @click.pass_obj
 def up(settings: Settings, with_s3: bool, brokers: int, spark_workers: int, with_metastore: bool,
-       timeout: float) -> None:
+       with_postgres: bool, with_registry: bool, with_connect: bool, timeout: float) -> None:
     """Start the local broker (formats storage the first time); harmless if it already runs.
 
     Exit 4 if a server could not start (the message quotes its log)."""
     meta = local_metastore(settings) if with_metastore else None  # a usage error before anything starts
+    pg, registry, connect = local_cdc(settings, with_postgres, with_registry, with_connect)
     if brokers == 1:
         broker = local_broker(settings)
         already = broker.running_pid() is not None
@@ -103,6 +138,23 @@ def up(settings: Settings, with_s3: bool, brokers: int, spark_workers: int, with
         click.echo(f"{'already running' if already else 'started'}; metastore: pid {pid}, database {meta.url} "
                    f"(under {meta.home})")
         click.echo(f"  LOCKSTEP_METASTORE={meta.url}")
+    if pg is not None:
+        already = pg.running_pid() is not None
+        pid = pg.up(timeout=timeout)
+        click.echo(f"{'already running' if already else 'started'}; postgres: pid {pid}, database {pg.url} "
+                   f"(data in {pg.data})")
+        click.echo(f"  LOCKSTEP_POSTGRES_URL={pg.url}")
+    if registry is not None:
+        already = registry.running_pid() is not None
+        pid = registry.up(timeout=timeout)
+        click.echo(f"{'already running' if already else 'started'}; registry: pid {pid}, {registry.url}")
+        click.echo(f"  LOCKSTEP_SCHEMA_REGISTRY_URL={registry.url}")
+    if connect is not None:
+        already = connect.running_pid() is not None
+        pid = connect.up(timeout=timeout)
+        click.echo(f"{'already running' if already else 'started'}; connect: pid {pid}, REST {connect.url} "
+                   f"(add connectors: POST {connect.url}/connectors)")
+        click.echo(f"  LOCKSTEP_CONNECT_URL={connect.url}")
     if spark_workers:
         spark = LocalSparkCluster.for_settings(settings, spark_workers)
         spark.up(timeout=max(timeout, 120.0))
@@ -114,8 +166,17 @@ def up(settings: Settings, with_s3: bool, brokers: int, spark_workers: int, with
 @dev.command()
 @click.pass_obj
 def down(settings: Settings) -> None:
-    """Stop the local broker, S3 server, metastore and Spark cluster this checkout started (by their
-    pids) and wait for them to exit."""
+    """Stop the local broker, S3 server, metastore, change-data-capture servers and Spark cluster
+    this checkout started (by their pids) and wait for them to exit."""
+    registry = LocalRegistry.for_settings(settings)
+    connect = LocalConnect.for_settings(settings, registry) if registry is not None else None
+    if connect is not None and connect.down():  # before the broker it writes to
+        click.echo("connect stopped")
+    if registry is not None and registry.down():
+        click.echo("registry stopped")
+    pg = LocalPostgres.for_settings(settings)
+    if pg is not None and pg.down():
+        click.echo("postgres stopped")
     broker = local_broker(settings)
     click.echo("broker stopped" if broker.down() else "broker was not running")
     cluster = LocalKafkaCluster.for_settings(settings)
@@ -143,16 +204,29 @@ def status(ctx: click.Context, fmt: str) -> None:
     s3_pid = s3.running_pid() if s3 is not None else None
     meta = LocalMetastore.for_settings(ctx.obj)
     meta_pid = meta.running_pid() if meta is not None else None
+    servers: dict[str, tuple[int, dict[str, str]]] = {}  # the other servers that run: pid, addresses
+    registry = LocalRegistry.for_settings(ctx.obj)
+    for name, server, addresses in [
+        ("postgres", pg := LocalPostgres.for_settings(ctx.obj), {"url": pg.url} if pg else {}),
+        ("registry", registry, {"url": registry.url} if registry else {}),
+        ("connect", connect := LocalConnect.for_settings(ctx.obj, registry) if registry else None,
+         {"url": connect.url} if connect else {}),
+    ]:
+        if server is not None and (pid := server.running_pid()) is not None:
+            servers[name] = (pid, addresses)
     if fmt == "json":
         echo_json({"broker": asdict(state),
                    "s3": {"pid": s3_pid, "endpoint": s3.endpoint} if s3 is not None and s3_pid is not None else None,
-                   "metastore": {"pid": meta_pid, "database": meta.url} if meta is not None and meta_pid is not None else None})
+                   "metastore": {"pid": meta_pid, "database": meta.url} if meta is not None and meta_pid is not None else None,
+                   **{name: {"pid": pid, **addresses} for name, (pid, addresses) in servers.items()}})
     else:
         click.echo(describe(state))
         if s3 is not None and s3_pid is not None:
             click.echo(f"s3: running, pid {s3_pid}, endpoint {s3.endpoint}")
         if meta is not None and meta_pid is not None:
             click.echo(f"metastore: running, pid {meta_pid}, database {meta.url}")
+        for name, (pid, addresses) in servers.items():
+            click.echo(f"{name}: running, pid {pid}, " + ", ".join(f"{k} {v}" for k, v in addresses.items()))
     if not state.running:
         ctx.exit(ExitCode.UNREACHABLE)
 

@@ -85,6 +85,12 @@ def test_every_knob_is_typed_and_defaults_follow_the_readme() -> None:
     assert (set_.barriers.interval_ms, set_.barriers.catchup_stride) == (200, 5)
     assert (set_.spark_log_level, set_.spark_master, set_.schemas) == ("ERROR", "spark://127.0.0.1:7077", Path("/s"))
     assert set_.crash_at == CrashAt("before_completion", 0.25)
+    assert (s.schema_registry_url, s.connect_url, s.postgres_url) == (
+        "", "http://127.0.0.1:8083", "postgresql://postgres@127.0.0.1:5432/lockstep")
+    cdc = Settings.from_env({"LOCKSTEP_SCHEMA_REGISTRY_URL": "https://registry.example.com:8081/",
+                             "LOCKSTEP_POSTGRES_URL": "postgres://app@db.example.com/shop"})
+    assert (cdc.schema_registry_url, cdc.postgres_url) == ("https://registry.example.com:8081",
+                                                           "postgres://app@db.example.com/shop")
 
 
 @pytest.mark.parametrize(("name", "bad", "hint"), [
@@ -105,6 +111,10 @@ def test_every_knob_is_typed_and_defaults_follow_the_readme() -> None:
     ("LOCKSTEP_COORDINATOR_URL", "http://127.0.0.1:6066,127.0.0.1:6067", "comma-separated"),
     ("LOCKSTEP_METASTORE", "derby://127.0.0.1:1527/metastore", "jdbc:derby://127.0.0.1:1527/metastore"),
     ("LOCKSTEP_DRIVER_JVM_OPTIONS", "-Xmx3g TieredStopAtLevel=1", "'-XX:TieredStopAtLevel=1'"),
+    ("LOCKSTEP_SCHEMA_REGISTRY_URL", "127.0.0.1:8081", "http://127.0.0.1:8081/apis/ccompat/v7"),
+    ("LOCKSTEP_CONNECT_URL", "http://127.0.0.1:rest", "http://127.0.0.1:8083"),
+    ("LOCKSTEP_POSTGRES_URL", "127.0.0.1:5432", "postgresql://postgres@127.0.0.1:5432/lockstep"),
+    ("LOCKSTEP_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432", "postgresql://user@host:port/database"),
 ])
 def test_a_bad_value_names_the_variable_and_the_fix(name: str, bad: str, hint: str) -> None:
     with pytest.raises(SettingsError) as info:
