@@ -60,6 +60,7 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
     """
     from spark_jobs.ops.renewals import Renewals
     from spark_jobs.ops.runner import STOP_DRAIN_S, Supervisor, register_pipeline, select_jobs
+    from spark_jobs.runtime.formats import check_sources
     from spark_jobs.runtime.job_metrics import serve
     from spark_jobs.runtime.session import build_session, session_running
 
@@ -71,6 +72,7 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
     unknown = [j for j in jobs if j not in known]
     if unknown:
         raise click.UsageError(f"no job or table {', '.join(unknown)} in {pipeline_file}; known: {', '.join(sorted(known))}")
+    check_sources(pipeline.roots, settings.schema_registry_url)  # e.g. a column its source cannot fill
     report = lambda message: click.echo(message, err=True)  # noqa: E731
     with stop_signals() as stopping, ExitStack() as cleanup:
         try:

@@ -101,13 +101,17 @@ def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Setti
     session = spark.newSession()
     publisher = CompletionPublisher(settings)
     table = pipeline.table(job.sink)
-    if isinstance(table, RootTable):
-        processor = RootIngestion(session, table, job.job_id, settings.table_location, publisher,
-                                  kafka_source_options(settings), crash_at=settings.crash_at,
-                                  compact_every=settings.compact_every)
-    else:
-        processor = TableMaintainer(session, table, plan_for(pipeline, table), job.job_id, settings.table_location,
-                                    publisher, crash_at=settings.crash_at, compact_every=settings.compact_every)
+    try:
+        if isinstance(table, RootTable):
+            processor = RootIngestion(session, table, job.job_id, settings.table_location, publisher,
+                                      kafka_source_options(settings), crash_at=settings.crash_at,
+                                      compact_every=settings.compact_every, registry_url=settings.schema_registry_url)
+        else:
+            processor = TableMaintainer(session, table, plan_for(pipeline, table), job.job_id, settings.table_location,
+                                        publisher, crash_at=settings.crash_at, compact_every=settings.compact_every)
+    except BaseException:  # e.g. a table Delta refuses to create: no producer left behind
+        publisher.close()
+        raise
 
     def batch(frame: DataFrame, batch_id: int) -> None:
         # Each job's Spark jobs go to a scheduler pool of its own: a small barrier of one job

@@ -36,7 +36,7 @@ from sqlglot.tokens import TokenType
 from coordinator.domain.errors import UsageError
 from coordinator.domain.validity import column_problem, name_problem
 
-FORMATS = ("json", "avro", "debezium-json")
+FORMATS = ("json", "avro", "debezium-json", "avro-confluent", "debezium-avro-confluent")
 ROOT_OPTIONS = {"source", "format", "primary_key", "avro_schema", "avro_schema_file"}
 
 
@@ -245,8 +245,8 @@ def _root(statement: exp.Create, where: str, base: Path | None) -> RootTable:
     missing = [k for k in key if k not in {c.name for c in columns}]
     if missing:
         raise PipelineError(f"{where}: primary key column(s) {', '.join(missing)} are not columns of {name}")
-    if fmt == "debezium-json" and not key:
-        raise PipelineError(f"{where}: format debezium-json needs a 'primary_key' to apply updates and deletes")
+    if fmt.startswith("debezium-") and not key:
+        raise PipelineError(f"{where}: format {fmt} needs a 'primary_key' to apply updates and deletes")
     avro_schema = options.get("avro_schema")
     if "avro_schema_file" in options:
         path = Path(options["avro_schema_file"])

@@ -10,6 +10,10 @@ rejected record, why — in words a person can act on. Formats:
   ``before``; a tombstone (null value) deletes the key given by the record key.
 * ``avro``: Avro binary (no header) written with the table's ``avro_schema``, decoded with
   fastavro so that each rejected record gets the decoder's own reason.
+* ``avro-confluent`` and ``debezium-avro-confluent``: Avro framed the Confluent way (zero byte,
+  4-byte schema id, body), the writer schema fetched from ``LOCKSTEP_SCHEMA_REGISTRY_URL`` by id;
+  the second is Debezium's change envelope (see ``spark_jobs.runtime.confluent``), with logical
+  types mapped to the declared Spark types (``spark_jobs.runtime.logical_types``).
 """
 
 from __future__ import annotations
@@ -17,15 +21,22 @@ from __future__ import annotations
 import functools
 import io
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from coordinator.domain.errors import UsageError
 from spark_jobs.planning.pipeline import RootTable
+from spark_jobs.runtime.confluent import Target, columns_reader, read_record
+from spark_jobs.runtime.logical_types import UnmappableType
+from spark_jobs.runtime.schema_registry import RegistryError, RegistryUnavailable, SchemaRegistry
 
 CORRUPT = "_lockstep_corrupt"
 DEBEZIUM_OPS = {"c": "create", "r": "snapshot read", "u": "update", "d": "delete"}
+CONFLUENT = {"avro-confluent": False, "debezium-avro-confluent": True}  # format -> Debezium's envelope
+DELETING = {"debezium-json", "debezium-avro-confluent"}  # formats whose records may delete their key
 INTEGRAL = {"TINYINT", "SMALLINT", "INT", "BIGINT"}
 FRACTIONAL = {"FLOAT", "DOUBLE"}
 
@@ -45,9 +56,14 @@ def fits(kind: str, value: object) -> bool:
     return True
 
 
-def decode(raw: DataFrame, table: RootTable) -> DataFrame:
-    """Add ``row``, ``is_delete`` and ``is_bad`` to the Kafka columns of ``raw``."""
-    if table.format == "json":
+def decode(raw: DataFrame, table: RootTable, schemas: Mapping[int, str] | None = None,
+           registry_url: str = "") -> DataFrame:
+    """Add ``row``, ``is_delete`` and ``is_bad`` to the Kafka columns of ``raw``; the Confluent
+    formats use the writer ``schemas`` the driver fetched (id -> JSON) and ask ``registry_url``
+    for others."""
+    if table.format in CONFLUENT:
+        decoded = _confluent(raw, table, dict(schemas or {}), registry_url)
+    elif table.format == "json":
         decoded = _json(raw, table)
     elif table.format == "debezium-json":
         decoded = _debezium(raw, table)
@@ -146,6 +162,46 @@ def _avro(raw: DataFrame, table: RootTable) -> DataFrame:
                           F.col("_avro.error").isNotNull().alias("is_bad"))
 
 
+def confluent_target(table: RootTable) -> Target:
+    return Target(tuple((c.name, c.type) for c in table.columns), table.primary_key, CONFLUENT[table.format])
+
+
+def _confluent(raw: DataFrame, table: RootTable, schemas: dict[int, str], registry_url: str) -> DataFrame:
+    target = confluent_target(table)
+    decode_one = F.udf(lambda key, value: read_record(key, value, target, schemas, registry_url),
+                       f"row {_struct(list(target.columns))}, is_delete BOOLEAN, error STRING")
+    decoded = raw.withColumn("_record", decode_one(F.col("key"), F.col("value")))
+    return decoded.select(*raw.columns, F.col("_record.row").alias("row"),
+                          F.coalesce(F.col("_record.is_delete"), F.lit(False)).alias("is_delete"),
+                          F.col("_record.error").isNotNull().alias("is_bad"))
+
+
+def check_sources(roots: Iterable[RootTable], registry_url: str) -> None:
+    """Refuse, before anything starts, a root table whose records cannot fill its columns."""
+    for table in roots:
+        if table.format in CONFLUENT:
+            check_confluent(table, registry_url)
+
+
+def check_confluent(table: RootTable, registry_url: str) -> None:
+    """Before a pipeline starts: the registry answers as one, and every schema already registered
+    for the table's topic fills the declared columns (else a ``UsageError`` naming the column)."""
+    try:
+        registry = SchemaRegistry(registry_url)
+        registry.check()
+        schemas = registry.subject(f"{table.topic}-value")
+    except RegistryError as exc:
+        raise UsageError(f"table {table.name} (format {table.format}): {exc}") from exc
+    except RegistryUnavailable as exc:
+        raise UsageError(f"table {table.name} (format {table.format}): {exc}; start it, or fix "
+                         "LOCKSTEP_SCHEMA_REGISTRY_URL") from exc
+    for schema_id, schema in sorted(schemas.items()):
+        try:
+            columns_reader(schema, confluent_target(table))
+        except (UnmappableType, ValueError) as exc:
+            raise UsageError(f"table {table.name}: schema id {schema_id} of subject {table.topic}-value: {exc}") from exc
+
+
 def check_avro_schema(table: RootTable) -> None:
     """Fail early, with the fix, if the Avro schema cannot fill the table's columns."""
     import fastavro
@@ -162,8 +218,12 @@ def check_avro_schema(table: RootTable) -> None:
                          "add them to the schema or drop them from the table's columns")
 
 
-def reason(table: RootTable, key: bytes | None, value: bytes | None) -> str:
+def reason(table: RootTable, key: bytes | None, value: bytes | None, schemas: Mapping[int, str] | None = None,
+           registry_url: str = "") -> str:
     """Why a record was rejected (computed again in Python, only for rejected records)."""
+    if table.format in CONFLUENT:
+        _, _, error = read_record(key, value, confluent_target(table), schemas or {}, registry_url)
+        return error or f"primary key column(s) {', '.join(table.primary_key)} missing or null"
     if table.format == "avro":
         return _avro_reason(table, value)
     if value is None:

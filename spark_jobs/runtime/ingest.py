@@ -11,6 +11,8 @@ moved) the newest record timestamp.
 from __future__ import annotations
 
 import json
+import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,9 +26,11 @@ from coordinator.domain.work import EMPTY, BarrierWork
 from coordinator.settings import CrashAt, Settings
 from spark_jobs.planning.pipeline import RootTable
 from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_key
-from spark_jobs.runtime.formats import check_avro_schema, decode, reason
+from spark_jobs.runtime.formats import CONFLUENT, DELETING, check_avro_schema, decode, reason
+from spark_jobs.runtime.schema_registry import RegistryUnavailable, SchemaRegistry
 from spark_jobs.runtime.stopwatch import Stopwatch
 
+log = logging.getLogger(__name__)
 DLQ_SCHEMA = "raw_key BINARY, raw_value BINARY, topic STRING, `partition` INT, `offset` BIGINT, error STRING, barrier BIGINT"
 
 
@@ -47,8 +51,11 @@ class RootIngestion:
     kafka_options: Mapping[str, str]  # kafka_source_options(settings)
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
     compact_every: int = 0  # LOCKSTEP_COMPACT_EVERY (0: never)
+    registry_url: str = ""  # LOCKSTEP_SCHEMA_REGISTRY_URL, for the Confluent formats
 
     def __post_init__(self) -> None:
+        self.schemas: dict[int, str] = {}  # writer schemas of the topic's subjects, as of the last barrier
+        self.registry = SchemaRegistry(self.registry_url) if self.table.format in CONFLUENT else None
         if self.table.format == "avro":
             check_avro_schema(self.table)
         self.sink = DeltaSink(self.spark, self.locate(self.table.name), self.job_id, self.table.schema_ddl,
@@ -115,6 +122,8 @@ class RootIngestion:
         completion carries are observed on the way. The raw records of the rejected ones (rare)
         are read again and written as dead letters."""
         with watch.phase("plan"):
+            if self.registry is not None:
+                self.schemas = self._writer_schemas(self.registry)
             rows, decoded, observation = self._decoded(raw, work)
         version = self.sink.commit(work.barrier, work.generation, lambda: self._write(rows), watch=watch)
         if self.sink.written:
@@ -124,14 +133,14 @@ class RootIngestion:
         rows_in, rejected = int(totals["rows"]), int(totals["bad"] or 0)
         if rejected:
             with watch.phase("dead_letters"):
-                self._dead_letters(decode(raw, self.table).where("is_bad"), work)
+                self._dead_letters(self._decode(raw).where("is_bad"), work)
         return version, (rows_in, rows_in - rejected, rejected)
 
     def _decoded(self, raw: DataFrame, work: BarrierWork) -> tuple[DataFrame, DataFrame, Observation]:
         """The rows to write (the last change per key for a keyed table), the decoded records,
         and the observation that counts them (and the rejected ones) during the write."""
         observation = Observation(f"ingest_{self.job_id}_{work.generation}_{work.barrier}_{uuid.uuid4().hex[:6]}")
-        decoded = decode(raw, self.table).observe(
+        decoded = self._decode(raw).observe(
             observation, F.count(F.lit(1)).alias("rows"), F.sum(F.col("is_bad").cast("int")).alias("bad"))
         good = decoded.where(~F.col("is_bad"))
         if self.table.primary_key:
@@ -144,19 +153,37 @@ class RootIngestion:
                     .withColumn("_rank", F.row_number().over(newest)).where("_rank = 1"))
         return good.select("row.*", "is_delete"), decoded, observation
 
+    def _decode(self, raw: DataFrame) -> DataFrame:
+        return decode(raw, self.table, self.schemas, self.registry_url)
+
+    def _writer_schemas(self, registry: SchemaRegistry) -> dict[int, str]:
+        """The schemas registered for the topic's values and keys; while the registry does not
+        answer, the barrier waits (and says so) rather than rejecting records it cannot read."""
+        waited = 0.0
+        while True:
+            try:
+                return registry.subject(f"{self.table.topic}-value") | registry.subject(f"{self.table.topic}-key")
+            except RegistryUnavailable as exc:
+                pause = min(30.0, max(1.0, waited))
+                log.warning("table %s waits for the schema registry (%.0f s so far, next try in %.0f s): %s",
+                            self.table.name, waited, pause, exc)
+                time.sleep(pause)
+                waited += pause
+
     def _write(self, rows: DataFrame) -> None:
         columns = [c.name for c in self.table.columns]
         if not self.table.primary_key:
             rows.select(*columns).write.format("delta").mode("append").save(self.sink.path)
             return
-        delete_flag = "is_delete" if self.table.format == "debezium-json" else None  # the only format with deletes
+        delete_flag = "is_delete" if self.table.format in DELETING else None
         merge_by_key(self.spark, self.sink.path, rows, self.table.primary_key, columns, delete_flag)
 
     def _dead_letters(self, bad: DataFrame, work: BarrierWork) -> None:
         """Write the rejected records with why each was rejected; the reasons are found on the
         executors, so a barrier of garbage never passes through the driver."""
         table = self.table
-        why = F.udf(lambda key, value: reason(table, key, value), "string")
+        schemas, registry_url = dict(self.schemas), self.registry_url
+        why = F.udf(lambda key, value: reason(table, key, value, schemas, registry_url), "string")
         frame = bad.select(F.col("key").alias("raw_key"), F.col("value").alias("raw_value"), "topic", "partition",
                            "offset", why("key", "value").alias("error"), F.lit(work.barrier).cast("bigint").alias("barrier"))
         self.dlq.commit(work.barrier, work.generation, lambda: frame.write.format("delta").mode("append").save(self.dlq.path))

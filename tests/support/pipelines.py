@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -32,16 +33,16 @@ def make_stack(make_worker: Callable, coordinator_env: dict[str, str], tmp_path:
 @pytest.fixture
 def run_pipeline(
     spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path
-) -> Iterator[Callable[[str], Settings]]:
-    """Factory: ``run_pipeline(sql)`` starts a worker, registers the pipeline and runs its jobs;
-    returns the settings they use. The jobs stop at the end of the test."""
+) -> Iterator[Callable[..., Settings]]:
+    """Factory: ``run_pipeline(sql, **settings_changes)`` starts a worker, registers the pipeline
+    and runs its jobs; returns the settings they use. The jobs stop at the end of the test."""
     runs: list[JobRun] = []
     renewals: list[Renewals] = []
 
-    def run(sql: str) -> Settings:
+    def run(sql: str, **changes: Any) -> Settings:
         worker = make_worker()
         settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=str(tmp_path / "wh"), home=tmp_path / "home",
-                                       coordinator_url=worker.url)
+                                       coordinator_url=worker.url, **changes)
         pipeline = parse_pipeline(sql)
         register_pipeline(settings, pipeline)
         # as `lockstep run` does: a CTAS table whose first commit is slow is not taken for abandoned
