@@ -85,11 +85,12 @@ def _variable_decimal(v: dict[str, Any]) -> decimal.Decimal:
 
 def _exact_decimal(precision: int, scale: int, column: str) -> Convert:
     quantum = decimal.Decimal(1).scaleb(-scale)
+    wide = decimal.Context(prec=max(precision, 1) + 40)  # quantize exactly; the checks below decide
 
     def convert(v: decimal.Decimal) -> decimal.Decimal:
         if not v.is_finite():
             raise ValueError(f"column {column}: {v} is not a number a DECIMAL({precision},{scale}) holds")
-        fitted = v.quantize(quantum, context=decimal.Context(prec=max(precision, 1) + 40))
+        fitted = v.quantize(quantum, context=wide)
         if fitted != v:
             raise ValueError(f"column {column}: {v} has more than {scale} decimal places; declare DECIMAL(p,s) "
                              "with a larger s")
