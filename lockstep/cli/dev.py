@@ -60,6 +60,13 @@ def local_cdc(settings: Settings, postgres: bool, registry: bool, connect: bool
     return pg, reg, worker
 
 
+def start(server: LocalS3 | LocalMetastore | LocalPostgres | LocalRegistry | LocalConnect, timeout: float) -> str:
+    """Start a server of the stack unless ours runs; say which it was."""
+    already = server.running_pid() is not None
+    server.up(timeout=timeout)
+    return "already running" if already else "started"
+
+
 def describe(status: BrokerStatus) -> str:
     if not status.running:
         return f"broker: stopped (bootstrap {status.bootstrap})"
@@ -127,32 +134,20 @@ def up(settings: Settings, with_s3: bool, brokers: int, spark_workers: int, with
         if s3 is None:
             raise UsageError(f"LOCKSTEP_S3_ENDPOINT={settings.s3.endpoint} is not on 127.0.0.1; the local S3 server "
                              "only runs on loopback. Unset it or use http://127.0.0.1:<port>.")
-        already = s3.running_pid() is not None
-        pid = s3.up(timeout=timeout)
-        click.echo(f"{'already running' if already else 'started'}; s3: pid {pid}, endpoint {s3.endpoint}, "
+        click.echo(f"{start(s3, timeout)}; s3: pid {s3.running_pid()}, endpoint {s3.endpoint}, "
                    f"buckets {', '.join(s3.buckets)} (objects under {s3.home / 'data'})")
         click.echo("  " + " ".join(f"{k}={v}" for k, v in s3.env().items()))
     if meta is not None:
-        already = meta.running_pid() is not None
-        pid = meta.up(timeout=timeout)
-        click.echo(f"{'already running' if already else 'started'}; metastore: pid {pid}, database {meta.url} "
-                   f"(under {meta.home})")
+        click.echo(f"{start(meta, timeout)}; metastore: pid {meta.running_pid()}, database {meta.url} (under {meta.home})")
         click.echo(f"  LOCKSTEP_METASTORE={meta.url}")
     if pg is not None:
-        already = pg.running_pid() is not None
-        pid = pg.up(timeout=timeout)
-        click.echo(f"{'already running' if already else 'started'}; postgres: pid {pid}, database {pg.url} "
-                   f"(data in {pg.data})")
+        click.echo(f"{start(pg, timeout)}; postgres: pid {pg.running_pid()}, database {pg.url} (data in {pg.data})")
         click.echo(f"  LOCKSTEP_POSTGRES_URL={pg.url}")
     if registry is not None:
-        already = registry.running_pid() is not None
-        pid = registry.up(timeout=timeout)
-        click.echo(f"{'already running' if already else 'started'}; registry: pid {pid}, {registry.url}")
+        click.echo(f"{start(registry, timeout)}; registry: pid {registry.running_pid()}, {registry.url}")
         click.echo(f"  LOCKSTEP_SCHEMA_REGISTRY_URL={registry.url}")
     if connect is not None:
-        already = connect.running_pid() is not None
-        pid = connect.up(timeout=timeout)
-        click.echo(f"{'already running' if already else 'started'}; connect: pid {pid}, REST {connect.url} "
+        click.echo(f"{start(connect, timeout)}; connect: pid {connect.running_pid()}, REST {connect.url} "
                    f"(add connectors: POST {connect.url}/connectors)")
         click.echo(f"  LOCKSTEP_CONNECT_URL={connect.url}")
     if spark_workers:
