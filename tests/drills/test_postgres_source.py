@@ -12,13 +12,12 @@ from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
 from tests.support import ROOT, wait_until
 from tests.support.barriers import at, wait_for_barrier
-from tests.support.cdc import CdcStack
+from tests.support.cdc import CdcStack, end_offset
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TABLES = ("customers", "products", "orders")
@@ -29,16 +28,6 @@ IN_POSTGRES = {
     "region_orders": "SELECT c.region, o.status, COUNT(*), SUM(o.quantity) FROM orders o "
                      "JOIN customers c ON o.customer_id = c.id GROUP BY c.region, o.status",
 }
-
-
-def end_offset(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
-    try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
-    except KafkaException:
-        return 0  # not created yet
-    finally:
-        consumer.close()
 
 
 def workload(rng: random.Random, transactions: int) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from coordinator.dev.connect import LocalConnect, postgres_source
 from coordinator.dev.postgres import LocalPostgres
@@ -18,6 +19,17 @@ from coordinator.dev.registry import LocalRegistry
 from coordinator.dev.service import free_port
 from coordinator.settings import Settings
 from tests.support import wait_until
+
+
+def end_offset(bootstrap: str, topic: str) -> int:
+    """The end offset of a connector's (one-partition) topic; 0 while the connector has not created it."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    except KafkaException:
+        return 0
+    finally:
+        consumer.close()
 
 
 @dataclass

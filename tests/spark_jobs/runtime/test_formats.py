@@ -19,7 +19,7 @@ from typing import Any
 
 import fastavro
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from coordinator.domain.errors import UsageError
@@ -28,7 +28,7 @@ from spark_jobs.planning.pipeline import parse_pipeline
 from spark_jobs.runtime.formats import check_sources
 from tests.support import wait_until
 from tests.support.barriers import at, wait_for_barrier
-from tests.support.cdc import CdcStack
+from tests.support.cdc import CdcStack, end_offset
 
 pytestmark = [pytest.mark.integration]
 UTC = dt.UTC
@@ -47,18 +47,6 @@ CREATE TABLE orders (
 """
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    """The topic's end offset (0 while the connector has not created it yet)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
-    try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        return {0: high}
-    except KafkaException:
-        return {0: 0}
-    finally:
-        consumer.close()
-
-
 def test_a_postgres_table_arrives_as_its_snapshot_then_its_changes_with_its_types(
     spark: SparkSession, run_pipeline: Callable[..., Settings], cdc_stack: CdcStack, kafka_bootstrap: str
 ) -> None:
@@ -69,19 +57,19 @@ def test_a_postgres_table_arrives_as_its_snapshot_then_its_changes_with_its_type
            f"'1 day 2 hours', true), (2, 1.50, -7, NULL, NULL, NULL, NULL, NULL, NULL, 'paid', NULL, false);")
     prefix = cdc_stack.capture([f"public.{name}"])
     topic = f"{prefix}.public.{name}"
-    wait_until(lambda: end_offsets(kafka_bootstrap, topic)[0] >= 2, "the snapshot's two records", timeout=60)
+    wait_until(lambda: end_offset(kafka_bootstrap, topic) >= 2, "the snapshot's two records", timeout=60)
     settings = run_pipeline(PIPELINE.format(topic=topic), schema_registry_url=cdc_stack.registry.url)
 
     pg.sql(f"BEGIN; UPDATE {name} SET amount = 99.99, status = 'paid' WHERE id = 1; DELETE FROM {name} WHERE id = 2; "
            f"INSERT INTO {name} (id, amount) VALUES (3, 0.01); COMMIT;"
            f"ALTER TABLE {name} ADD COLUMN note text; INSERT INTO {name} (id, note) VALUES (4, 'after the new column');")
-    wait_until(lambda: end_offsets(kafka_bootstrap, topic)[0] >= 7, "the changes' records (and a tombstone)", timeout=60)
+    wait_until(lambda: end_offset(kafka_bootstrap, topic) >= 7, "the changes' records (and a tombstone)", timeout=60)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     producer.produce(topic, key=b"k", value=b"{\"id\": 5}")  # not framed: a dead letter
     producer.produce(topic, key=b"k", value=b"\x00\x00\x0f\x42\x3f" + b"\x02")  # an id the registry does not know
     producer.flush(10)
 
-    state, b = wait_for_barrier(settings, ["orders"], end_offsets(kafka_bootstrap, topic), topic)
+    state, b = wait_for_barrier(settings, ["orders"], {0: end_offset(kafka_bootstrap, topic)}, topic)
     rows = {r["id"]: r.asDict() for r in at(spark, settings, "orders", state.exact_points("orders")[b]).collect()}
     assert sorted(rows) == [1, 3, 4]
     assert rows[1] == {
