@@ -41,7 +41,7 @@ def generators_running(rate: str) -> list[int]:
 
 
 def test_demo_reads_consistently_and_stops_what_it_started(demo_env: dict[str, str]) -> None:
-    done = run_lockstep("demo", "--seconds", "60", "--warmup", "5", "--rate", "301", env=demo_env, timeout=500)
+    done = run_lockstep("demo", "--seconds", "35", "--warmup", "5", "--rate", "301", env=demo_env, timeout=500)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert "using the Kafka broker at" in out and "starting a coordinator worker" in out
