@@ -8,6 +8,8 @@ decoded into the table's columns by ``spark_jobs.runtime.formats.decode``:
   logical types mapped per column);
 * ``debezium-json``: Lockstep's JSON path (Spark's own ``from_json``, in the JVM), on the JSON
   encoding of the same events (logical types left as Debezium writes them: no mapping);
+* ``debezium-json, schemas on``: the same JSON with Kafka Connect's schema in each record, into
+  the typed columns (a Python UDF reads each record with its schema, maps like the Avro path);
 * ``from_avro``: Spark's own Avro reader on the same bodies with the writer schema (no framing
   checks, no per-record reasons, no logical type mapping): what decoding in the JVM costs.
 
@@ -54,10 +56,24 @@ AVRO_DDL = ", ".join(f"{name} {kind}" for name, kind in AVRO_COLUMNS)
 JSON_DDL = ("id BIGINT, customer_id INT, amount STRING, placed INT, seen BIGINT, seen_tz STRING, status STRING, "
             "note STRING")  # the JSON path maps no logical types: Debezium's own encodings
 SCHEMA_ID = 7
+CONNECT_ROW = [  # the same row as Kafka Connect's JsonConverter describes it (schemas on)
+    {"field": "id", "type": "int64"}, {"field": "customer_id", "type": "int32", "optional": True},
+    {"field": "amount", "type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+     "parameters": {"scale": "2"}},
+    {"field": "placed", "type": "int32", "optional": True, "name": "io.debezium.time.Date"},
+    {"field": "seen", "type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp"},
+    {"field": "seen_tz", "type": "string", "optional": True, "name": "io.debezium.time.ZonedTimestamp"},
+    {"field": "status", "type": "string", "optional": True, "name": "io.debezium.data.Enum"},
+    {"field": "note", "type": "string", "optional": True}]
+CONNECT_SCHEMA = {"type": "struct", "name": "bench.public.orders.Envelope", "fields": [
+    {"field": "before", "type": "struct", "optional": True, "fields": CONNECT_ROW},
+    {"field": "after", "type": "struct", "optional": True, "fields": CONNECT_ROW},
+    {"field": "op", "type": "string"}, {"field": "ts_ms", "type": "int64", "optional": True}]}
 
 
-def events(count: int) -> list[tuple[bytes, bytes, bytes]]:
-    """(key, Confluent-framed Avro value, Debezium JSON value) of ``count`` change events."""
+def events(count: int) -> list[tuple[bytes, bytes, bytes, bytes]]:
+    """(key, Confluent-framed Avro value, Debezium JSON value, the same with its schema) of
+    ``count`` change events."""
     import fastavro
 
     parsed = fastavro.parse_schema(ENVELOPE)
@@ -71,8 +87,9 @@ def events(count: int) -> list[tuple[bytes, bytes, bytes]]:
         fastavro.schemaless_writer(body, parsed, {"before": None, "after": row, "op": "c" if i % 4 else "u", "ts_ms": i})
         unscaled = int(row["amount"] * 100)
         after = {**row, "amount": base64.b64encode(unscaled.to_bytes(4, "big", signed=True)).decode()}
-        text = json.dumps({"before": None, "after": after, "op": "c" if i % 4 else "u", "ts_ms": i}).encode()
-        out.append((json.dumps({"id": i}).encode(), body.getvalue(), text))
+        payload = {"before": None, "after": after, "op": "c" if i % 4 else "u", "ts_ms": i}
+        out.append((json.dumps({"id": i}).encode(), body.getvalue(), json.dumps(payload).encode(),
+                    json.dumps({"schema": CONNECT_SCHEMA, "payload": payload}).encode()))
     return out
 
 
@@ -102,23 +119,27 @@ def main() -> None:
     print(f"{args.records:,} events made in {time.perf_counter() - made:.1f} s (Python, not timed below)")
     schema = "key BINARY, value BINARY, topic STRING, `partition` INT, `offset` BIGINT, `timestamp` TIMESTAMP"
     now = dt.datetime(2024, 1, 1)
-    avro = spark.createDataFrame([(k, a, "t", 0, i, now) for i, (k, a, _) in enumerate(rows)], schema).cache()
-    text = spark.createDataFrame([(k, j, "t", 0, i, now) for i, (k, _, j) in enumerate(rows)], schema).cache()
-    avro.count(), text.count()
+    avro = spark.createDataFrame([(r[0], r[1], "t", 0, i, now) for i, r in enumerate(rows)], schema).cache()
+    text = spark.createDataFrame([(r[0], r[2], "t", 0, i, now) for i, r in enumerate(rows)], schema).cache()
+    typed = spark.createDataFrame([(r[0], r[3], "t", 0, i, now) for i, r in enumerate(rows)], schema).cache()
+    avro.count(), text.count(), typed.count()
 
     def table(fmt: str, ddl: str) -> Any:
         sql = f"CREATE TABLE orders ({ddl}) WITH ('source' = 'kafka:t', 'format' = '{fmt}', 'primary_key' = 'id')"
         return parse_pipeline(sql).roots[0]
 
     avro_table, json_table = table("debezium-avro-confluent", AVRO_DDL), table("debezium-json", JSON_DDL)
+    typed_table = table("debezium-json", AVRO_DDL)
     cases = {
         "debezium-json": lambda: decode(text, json_table).where(~F.col("is_bad")).select("row.*", "is_delete"),
+        "debezium-json, schemas on": lambda: decode(typed, typed_table).where(~F.col("is_bad")).select("row.*", "is_delete"),
         "debezium-avro-confluent": lambda: decode(avro, avro_table, {SCHEMA_ID: json.dumps(ENVELOPE)}, "")
         .where(~F.col("is_bad")).select("row.*", "is_delete"),
         "from_avro (JVM)": lambda: avro.select(from_avro(F.expr("substring(value, 6)"), json.dumps(ENVELOPE))
                                                .alias("e")).select("e.after.*", "e.op"),
     }
     bad = decode(avro, avro_table, {SCHEMA_ID: json.dumps(ENVELOPE)}, "").where("is_bad").count()
+    bad += decode(typed, typed_table).where("is_bad").count()
     assert bad == 0, f"{bad} records rejected"
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.rounds):  # alternate, so a noisy moment hits every case
@@ -141,7 +162,7 @@ def main() -> None:
     spark.stop()
 
 
-def python_costs(rows: list[tuple[bytes, bytes, bytes]]) -> dict[str, float]:
+def python_costs(rows: list[tuple[bytes, bytes, bytes, bytes]]) -> dict[str, float]:
     """Seconds per record of the UDF's work without Spark: fastavro alone, then all of read_record."""
     import fastavro
 
@@ -149,13 +170,13 @@ def python_costs(rows: list[tuple[bytes, bytes, bytes]]) -> dict[str, float]:
 
     parsed = fastavro.parse_schema(ENVELOPE)
     began = time.perf_counter()
-    for _, value, _ in rows:
+    for _, value, _, _ in rows:
         fastavro.schemaless_reader(io.BytesIO(value[5:]), parsed, None)
     decode_only = (time.perf_counter() - began) / len(rows)
     target = Target(AVRO_COLUMNS, ("id",), True)
     known = {SCHEMA_ID: json.dumps(ENVELOPE)}
     began = time.perf_counter()
-    for key, value, _ in rows:
+    for key, value, _, _ in rows:
         read_record(key, value, target, known, "")
     whole = (time.perf_counter() - began) / len(rows)
     return {"fastavro": decode_only, "read_record": whole, "mapping": whole - decode_only}

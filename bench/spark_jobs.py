@@ -104,7 +104,8 @@ def lockstep_ingest(spark: SparkSession, settings: Settings, topic: str, ends: d
     from coordinator.domain.work import BarrierWork
     from spark_jobs.planning.pipeline import parse_pipeline
     from spark_jobs.runtime.commits import CompletionPublisher
-    from spark_jobs.runtime.ingest import RootIngestion, kafka_source_options
+    from spark_jobs.runtime.ingest import RootIngestion
+    from spark_jobs.runtime.kafka_ranges import kafka_source_options
 
     sql = f"CREATE TABLE t_{run} ({INGEST_DDL}) WITH ('source' = 'kafka:{topic}', 'primary_key' = 'id')"
     table = parse_pipeline(sql).roots[0]

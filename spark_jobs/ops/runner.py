@@ -42,9 +42,10 @@ from spark_jobs.planning.pipeline import Job, Pipeline, RootTable
 from spark_jobs.planning.plans import plan_for
 from spark_jobs.runtime.commits import CompletionPublisher
 from spark_jobs.runtime.epochs import TRIGGER_MS, register_barrier_source, settings_options
-from spark_jobs.runtime.ingest import RootIngestion, kafka_source_options
+from spark_jobs.runtime.ingest import RootIngestion
 from spark_jobs.runtime.ivm import TableMaintainer
 from spark_jobs.runtime.job_metrics import job_metrics
+from spark_jobs.runtime.kafka_ranges import kafka_source_options
 from spark_jobs.runtime.session import spark_error
 from spark_jobs.runtime.storage import Storage
 

@@ -37,7 +37,7 @@ from coordinator.domain.errors import UsageError
 from coordinator.domain.validity import column_problem, name_problem
 
 FORMATS = ("json", "avro", "debezium-json", "avro-confluent", "debezium-avro-confluent")
-ROOT_OPTIONS = {"source", "format", "primary_key", "avro_schema", "avro_schema_file"}
+ROOT_OPTIONS = {"source", "format", "primary_key", "avro_schema", "avro_schema_file", "transactions"}
 
 
 class PipelineError(UsageError, ValueError):
@@ -62,10 +62,23 @@ class RootTable:
     format: str = "json"
     primary_key: tuple[str, ...] = ()
     avro_schema: str | None = None
+    # Debezium's transaction topic: a barrier holds whole source transactions (option 'transactions')
+    transactions: str | None = None
 
     @property
     def schema_ddl(self) -> str:
         return ", ".join(c.ddl for c in self.columns)
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The Kafka topics its barriers cut: its own, and its source's transaction topic."""
+        return (self.topic, self.transactions) if self.transactions else (self.topic,)
+
+    @property
+    def collection(self) -> str:
+        """The source table as Debezium's END markers name it (``schema.table``: the last two
+        parts of a topic named ``<prefix>.<schema>.<table>``)."""
+        return ".".join(self.topic.split(".")[-2:])
 
 
 @dataclass(frozen=True)
@@ -95,7 +108,7 @@ class Pipeline:
 
     @property
     def jobs(self) -> tuple[Job, ...]:
-        roots = tuple(Job(f"ingest_{t.name}", t.name, external_topics=(t.topic,)) for t in self.roots)
+        roots = tuple(Job(f"ingest_{t.name}", t.name, external_topics=t.topics) for t in self.roots)
         derived = tuple(Job(f"maintain_{t.name}", t.name, sources=t.sources, sql=t.query) for t in self.derived)
         return roots + derived
 
@@ -257,7 +270,26 @@ def _root(statement: exp.Create, where: str, base: Path | None) -> RootTable:
             raise PipelineError(f"{where}: cannot read avro_schema_file {path}: {exc.strerror}") from exc
     if fmt == "avro" and not avro_schema:
         raise PipelineError(f"{where}: format avro needs 'avro_schema' or 'avro_schema_file'")
-    return RootTable(name, columns, source[len("kafka:"):], fmt, key, avro_schema)
+    topic = source[len("kafka:"):]
+    return RootTable(name, columns, topic, fmt, key, avro_schema, _transactions(options, fmt, topic, where))
+
+
+def _transactions(options: dict[str, str], fmt: str, topic: str, where: str) -> str | None:
+    """The transaction topic of option ``'transactions' = 'kafka:<prefix>.transaction'``."""
+    if "transactions" not in options:
+        return None
+    value = options["transactions"]
+    if not value.startswith("kafka:") or len(value) <= len("kafka:"):
+        raise PipelineError(f"{where}: 'transactions' names Debezium's transaction topic: 'transactions' = "
+                            f"'kafka:<topic.prefix>.transaction'")
+    if not fmt.startswith("debezium-"):
+        raise PipelineError(f"{where}: 'transactions' needs a Debezium format (debezium-json or "
+                            f"debezium-avro-confluent), not {fmt}")
+    if topic.count(".") < 2:
+        raise PipelineError(f"{where}: with 'transactions', the source topic must be Debezium's "
+                            f"<topic.prefix>.<schema>.<table> (its END markers count events per schema.table), "
+                            f"not {topic}")
+    return value[len("kafka:"):]
 
 
 def _columns(schema: exp.Schema, where: str) -> tuple[tuple[Column, ...], tuple[str, ...]]:

@@ -368,6 +368,8 @@ def explain_job(pipeline: Pipeline, job: Job) -> str:
     table = pipeline.table(job.sink)
     if isinstance(table, RootTable):
         how = f"upsert (MERGE) by key ({', '.join(table.primary_key)})" if table.primary_key else "append"
+        if table.transactions:
+            how += f", whole source transactions (their END markers in {table.transactions})"
         return (f"root ingestion from Kafka topic {table.topic}, format {table.format}, {how}; "
                 f"one Delta commit per barrier, bad records to {dead_letters(table.name)}")
     return plan_for(pipeline, table).explain()

@@ -107,7 +107,8 @@ def key_reader(schema: str, target: Target) -> Callable[[Row], Row]:
     return lambda key: {name: None for name, _ in target.columns} | read(key)
 
 
-def _decode(data: bytes | None, what: str, known: Mapping[int, str], registry_url: str) -> tuple[str, Any]:
+def decoded(data: bytes | None, what: str, known: Mapping[int, str], registry_url: str) -> tuple[str, Any]:
+    """(writer schema, record) of a framed key or value; ``Rejected`` says why it cannot be read."""
     import fastavro
 
     sid, body = schema_id(data, what)
@@ -125,6 +126,19 @@ def _decode(data: bytes | None, what: str, known: Mapping[int, str], registry_ur
     return schema, record
 
 
+def transaction_id(value: bytes | None, known: Mapping[int, str], registry_url: str) -> str | None:
+    """The ``transaction.id`` of a Debezium change event (None outside a transaction, for a
+    tombstone, or when the record cannot be decoded: its barrier rejects it with the reason)."""
+    if value is None:
+        return None
+    try:
+        record = decoded(value, "value", known, registry_url)[1]
+    except Rejected:
+        return None
+    tx = record.get("transaction") if isinstance(record, dict) else None
+    return str(tx["id"]) if isinstance(tx, dict) and tx.get("id") is not None else None
+
+
 def read_record(key: bytes | None, value: bytes | None, target: Target, known: Mapping[int, str],
                 registry_url: str) -> Result:
     """Decode one record; ``known`` holds the schemas the driver fetched for this barrier (ids
@@ -134,9 +148,9 @@ def read_record(key: bytes | None, value: bytes | None, target: Target, known: M
         if value is None:
             if not target.envelope:
                 raise Rejected("empty record value (a Kafka tombstone); format avro-confluent needs an Avro record")
-            schema, record = _decode(key, "key", known, registry_url)
+            schema, record = decoded(key, "key", known, registry_url)
             return key_reader(schema, target)(record), True, None
-        schema, record = _decode(value, "value", known, registry_url)
+        schema, record = decoded(value, "value", known, registry_url)
         if not target.envelope:
             return columns_reader(schema, target)(record), False, None
         op = record.get("op")

@@ -29,7 +29,9 @@ from pyspark.sql import functions as F
 
 from coordinator.domain.errors import UsageError
 from spark_jobs.planning.pipeline import RootTable
+from spark_jobs.runtime import connect_json
 from spark_jobs.runtime.confluent import Target, columns_reader, read_record
+from spark_jobs.runtime.connect_json import needs_schema
 from spark_jobs.runtime.logical_types import UnmappableType
 from spark_jobs.runtime.schema_registry import RegistryError, RegistryUnavailable, SchemaRegistry
 
@@ -119,8 +121,17 @@ def _debezium(raw: DataFrame, table: RootTable) -> DataFrame:
         op.isin("c", "r", "u"), F.col("_body.after"))
     known = F.coalesce(op.isin(*DEBEZIUM_OPS), F.lit(False))
     bad = F.col("value").isNotNull() & (event.isNull() | event[CORRUPT].isNotNull() | ~known)
-    return parsed.select(*raw.columns, row.alias("row"), (F.col("value").isNull() | (op == "d")).alias("is_delete"),
-                         bad.alias("is_bad"))
+    is_delete = F.col("value").isNull() | (op == "d")
+    if any(needs_schema(c.type) for c in table.columns):  # read with the schema each record carries, if it does
+        target = _typed_target(table)
+        typed = F.udf(lambda k, v: connect_json.read_record(k, v, target),
+                      f"row {_struct(list(target.columns))}, is_delete BOOLEAN, error STRING")
+        parsed = parsed.withColumn("_typed", typed(F.col("key"), F.col("value")))
+        schemaed = F.col("_typed").isNotNull()
+        row = F.when(schemaed, F.col("_typed.row")).otherwise(row)
+        is_delete = F.when(schemaed, F.coalesce(F.col("_typed.is_delete"), F.lit(False))).otherwise(is_delete)
+        bad = F.when(schemaed, F.col("_typed.error").isNotNull()).otherwise(bad)
+    return parsed.select(*raw.columns, row.alias("row"), is_delete.alias("is_delete"), bad.alias("is_bad"))
 
 
 @functools.lru_cache(maxsize=8)
@@ -160,6 +171,11 @@ def _avro(raw: DataFrame, table: RootTable) -> DataFrame:
     decoded = raw.withColumn("_avro", decode_one(F.col("value")))
     return decoded.select(*raw.columns, F.col("_avro.row").alias("row"), F.lit(False).alias("is_delete"),
                           F.col("_avro.error").isNotNull().alias("is_bad"))
+
+
+def _typed_target(table: RootTable) -> Target:
+    """A ``debezium-json`` table as the schema-driven reader sees it (Debezium's envelope)."""
+    return Target(tuple((c.name, c.type) for c in table.columns), table.primary_key, envelope=True)
 
 
 def confluent_target(table: RootTable) -> Target:
@@ -226,6 +242,10 @@ def reason(table: RootTable, key: bytes | None, value: bytes | None, schemas: Ma
         return error or f"primary key column(s) {', '.join(table.primary_key)} missing or null"
     if table.format == "avro":
         return _avro_reason(table, value)
+    if table.format == "debezium-json" and any(needs_schema(c.type) for c in table.columns):
+        typed = connect_json.read_record(key, value, _typed_target(table))
+        if typed is not None and typed[2] is not None:
+            return typed[2]
     if value is None:
         if table.format == "debezium-json":
             return f"tombstone whose record key is not a JSON object with {', '.join(table.primary_key)}"

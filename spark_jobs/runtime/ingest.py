@@ -10,7 +10,6 @@ moved) the newest record timestamp.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -23,22 +22,17 @@ from pyspark.sql import functions as F
 from coordinator.client.clock import now_ms
 from coordinator.domain.events import dead_letters
 from coordinator.domain.work import EMPTY, BarrierWork
-from coordinator.settings import CrashAt, Settings
+from coordinator.settings import CrashAt
 from spark_jobs.planning.pipeline import RootTable
 from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.runtime.formats import CONFLUENT, DELETING, check_avro_schema, decode, reason
+from spark_jobs.runtime.kafka_ranges import read_ranges
 from spark_jobs.runtime.schema_registry import RegistryUnavailable, SchemaRegistry
+from spark_jobs.runtime.source_transactions import TransactionAlignment
 from spark_jobs.runtime.stopwatch import Stopwatch
 
 log = logging.getLogger(__name__)
 DLQ_SCHEMA = "raw_key BINARY, raw_value BINARY, topic STRING, `partition` INT, `offset` BIGINT, error STRING, barrier BIGINT"
-
-
-def kafka_source_options(settings: Settings) -> dict[str, str]:
-    """Spark's Kafka source reaches the brokers as every Lockstep client does (the security of
-    ``LOCKSTEP_KAFKA_*``), in consumer groups under the topic prefix (one group ACL covers them)."""
-    return {"kafka.bootstrap.servers": settings.bootstrap, "groupIdPrefix": f"{settings.topic_prefix}-spark",
-            **{f"kafka.{key}": value for key, value in settings.kafka_security.java_properties().items()}}
 
 
 @dataclass
@@ -48,7 +42,7 @@ class RootIngestion:
     job_id: str
     locate: Callable[[str], str]  # table name -> its location (Settings.table_location)
     publisher: CompletionPublisher
-    kafka_options: Mapping[str, str]  # kafka_source_options(settings)
+    kafka_options: Mapping[str, str]  # kafka_ranges.kafka_source_options(settings)
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
     compact_every: int = 0  # LOCKSTEP_COMPACT_EVERY (0: never)
     registry_url: str = ""  # LOCKSTEP_SCHEMA_REGISTRY_URL, for the Confluent formats
@@ -56,6 +50,8 @@ class RootIngestion:
     def __post_init__(self) -> None:
         self.schemas: dict[int, str] = {}  # writer schemas of the topic's subjects, as of the last barrier
         self.registry = SchemaRegistry(self.registry_url) if self.table.format in CONFLUENT else None
+        self.alignment = (TransactionAlignment(self.spark, self.table, self.kafka_options, self.registry_url)
+                          if self.table.transactions else None)
         if self.table.format == "avro":
             check_avro_schema(self.table)
         self.sink = DeltaSink(self.spark, self.locate(self.table.name), self.job_id, self.table.schema_ddl,
@@ -63,26 +59,6 @@ class RootIngestion:
         self.dlq = DeltaSink(self.spark, self.locate(dead_letters(self.table.name)), dead_letters(self.job_id),
                              DLQ_SCHEMA, crash_at=self.crash_at, compact_every=self.compact_every,
                              name=dead_letters(self.table.name), lazy_history=True)
-
-    def read_range(self, work: BarrierWork) -> DataFrame | None:
-        ranges = [r for r in work.offsets if r.end > max(r.start, 0)]
-        if not ranges:
-            return None
-        topic = self.table.topic
-        starting = {topic: {str(r.partition): r.start for r in ranges}}
-        ending = {topic: {str(r.partition): r.end for r in ranges}}
-        return (
-            self.spark.read.format("kafka")
-            .options(**self.kafka_options)
-            .option("assign", json.dumps({topic: sorted(r.partition for r in ranges)}))  # only partitions with data
-            .option("startingOffsets", json.dumps(starting))
-            .option("endingOffsets", json.dumps(ending))
-            .option("failOnDataLoss", "true")
-            # records of aborted transactions are never ingested; the barrier cuts end at the
-            # last stable offset too (the coordinator measures them read_committed)
-            .option("kafka.isolation.level", "read_committed")
-            .load()
-        )
 
     def close(self) -> None:
         """The job's query stopped: finish its tables' upkeep (``DeltaSink.close``), let go of its producer."""
@@ -96,8 +72,15 @@ class RootIngestion:
         if work.restore_to is not None:
             with watch.phase("restore"):
                 self._restore(work)
+        offsets = work.offsets
+        if self.registry is not None and any(r.end > max(r.start, 0) for r in offsets):
+            with watch.phase("plan"):
+                self.schemas = self._writer_schemas(self.registry)
+        if self.alignment is not None:
+            with watch.phase("align"):
+                offsets = self.alignment.align(work, self.schemas)
         with watch.phase("plan"):
-            raw = self.read_range(work)
+            raw = read_ranges(self.spark, self.kafka_options, self.table.topic, offsets)
         counts = (0, 0, 0)
         version = None
         if raw is not None:
@@ -105,7 +88,9 @@ class RootIngestion:
         if version is None:
             version = self.sink.version_at(work.barrier, work.generation)
         self.publisher.publish(self.job_id, self.table.name, work.barrier, work.generation, version, started,
-                               counts, offsets=work.offsets, phases=watch.phases())
+                               counts, offsets=offsets, phases=watch.phases())
+        if self.alignment is not None:
+            self.alignment.committed(work, offsets)
 
     def _restore(self, work: BarrierWork) -> None:
         """Revised: put the table back to its exact point at the revision's barrier (and the dead
@@ -122,8 +107,6 @@ class RootIngestion:
         completion carries are observed on the way. The raw records of the rejected ones (rare)
         are read again and written as dead letters."""
         with watch.phase("plan"):
-            if self.registry is not None:
-                self.schemas = self._writer_schemas(self.registry)
             rows, decoded, observation = self._decoded(raw, work)
         version = self.sink.commit(work.barrier, work.generation, lambda: self._write(rows), watch=watch)
         if self.sink.written:
@@ -157,12 +140,13 @@ class RootIngestion:
         return decode(raw, self.table, self.schemas, self.registry_url)
 
     def _writer_schemas(self, registry: SchemaRegistry) -> dict[int, str]:
-        """The schemas registered for the topic's values and keys; while the registry does not
-        answer, the barrier waits (and says so) rather than rejecting records it cannot read."""
+        """The schemas registered for the topics' values and the table's keys; while the registry
+        does not answer, the barrier waits (and says so) rather than rejecting records it cannot read."""
         waited = 0.0
         while True:
             try:
-                return registry.subject(f"{self.table.topic}-value") | registry.subject(f"{self.table.topic}-key")
+                subjects = [f"{topic}-value" for topic in self.table.topics] + [f"{self.table.topic}-key"]
+                return {i: schema for subject in subjects for i, schema in registry.subject(subject).items()}
             except RegistryUnavailable as exc:
                 pause = min(30.0, max(1.0, waited))
                 log.warning("table %s waits for the schema registry (%.0f s so far, next try in %.0f s): %s",

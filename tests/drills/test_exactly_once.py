@@ -1,4 +1,4 @@
-"""Exactly once under kill -9: the job process dies 9 times (LOCKSTEP_DRILL_KILLS), before commits, between a commit
+"""Exactly once under kill -9: the job process dies 6 times (LOCKSTEP_DRILL_KILLS), before commits, between a commit
 and its completion, and at random moments, while a producer keeps writing. After every restart
 the tables must hold each record exactly once: per key, sequence numbers 1..n with no gap and no
 duplicate, and the aggregate downstream agrees; every barrier is committed once, and the version
@@ -24,13 +24,13 @@ from tests.support import ROOT
 from tests.support.barriers import SEQUENCED_PIPELINE, check_each_record_once, check_published_versions, wait_for_barrier
 from tests.support.supervising import SequencedFeed
 
-# 10 job starts; 1 s barriers (the default): fewer barriers to catch up on after each kill
+# 7 job starts; 1 s barriers (the default): fewer barriers to catch up on after each kill
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.barrier_interval_ms(1000)]
 
 KEYS = 7
 # Where each run dies: self-inflicted SIGKILL at a crash point, or killed from outside at random
 CRASH_POINTS = ("before_commit:0.5", "before_completion:0.5", None)
-KILLS = int(os.environ.get("LOCKSTEP_DRILL_KILLS", "9"))  # 3 per crash point; more: the variable
+KILLS = int(os.environ.get("LOCKSTEP_DRILL_KILLS", "6"))  # 2 per crash point; more: the variable
 RUNS = [CRASH_POINTS[i % len(CRASH_POINTS)] for i in range(KILLS)]
 
 

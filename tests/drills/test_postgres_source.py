@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Callable
 from decimal import Decimal
 
@@ -17,7 +16,7 @@ from pyspark.sql import SparkSession
 from coordinator.settings import Settings
 from tests.support import ROOT, wait_until
 from tests.support.barriers import at, wait_for_barrier
-from tests.support.cdc import CdcStack, end_offset
+from tests.support.cdc import CdcStack, end_offset, settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TABLES = ("customers", "products", "orders")
@@ -56,21 +55,6 @@ def workload(rng: random.Random, transactions: int) -> str:
     return "\n".join(statements)
 
 
-def settled(bootstrap: str, topics: dict[str, str], quiet_s: float = 3.0) -> dict[str, int]:
-    """Each topic's end offset once none has grown for ``quiet_s`` seconds."""
-    last: dict[str, int] = {}
-    since = time.monotonic()
-    deadline = since + 120
-    while time.monotonic() < deadline:
-        now = {table: end_offset(bootstrap, topic) for table, topic in topics.items()}
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet_s and all(now.values()):
-            return now
-        time.sleep(0.5)
-    raise AssertionError(f"the topics did not settle within 120 s: {last}")
-
-
 def postgres_rows(stack: CdcStack, query: str) -> set[tuple[str, ...]]:
     out = stack.postgres.sql(query)
     return {tuple(line.split("|")) for line in out.splitlines() if line}
@@ -95,7 +79,8 @@ def test_the_shop_demo_keeps_postgres_tables_and_their_joins_equal_to_postgres(
     settings = run_pipeline((ROOT / "pipelines/shop.sql").read_text(), schema_registry_url=cdc_stack.registry.url)
 
     pg.sql(workload(random.Random(30), transactions=150))
-    ends = settled(kafka_bootstrap, topics)  # the source is quiet: Debezium wrote every change
+    offsets = settled(kafka_bootstrap, list(topics.values()))  # the source is quiet: Debezium wrote every change
+    ends = {table: offsets[topic] for table, topic in topics.items()}
     state, b = wait_for_barrier(settings, [*TABLES, *IN_POSTGRES], {0: ends["orders"]}, topics["orders"], timeout=180)
     for table, topic in topics.items():
         cut = {c.partition: c.offset for c in state.barriers[b].cut if c.topic == topic}

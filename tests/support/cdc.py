@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +31,22 @@ def end_offset(bootstrap: str, topic: str) -> int:
         return 0
     finally:
         consumer.close()
+
+
+def settled(bootstrap: str, topics: list[str], quiet_s: float = 3.0, timeout: float = 120.0) -> dict[str, int]:
+    """Each topic's end offset once none has grown for ``quiet_s`` seconds (the connector wrote
+    every change the source made)."""
+    last: dict[str, int] = {}
+    since = time.monotonic()
+    deadline = since + timeout
+    while time.monotonic() < deadline:
+        now = {topic: end_offset(bootstrap, topic) for topic in topics}
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s and all(now.values()):
+            return now
+        time.sleep(0.5)
+    raise AssertionError(f"the topics did not settle within {timeout:.0f} s: {last}")
 
 
 @dataclass

@@ -1,53 +1,86 @@
 """The transaction alignment rule over every interleaving hypothesis finds: each table applies
-it alone, and together they never split a source transaction."""
+it alone, barrier after barrier, and together they never split a source transaction."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.domain.source_transactions import Aligned, Change, TransactionEnded, aligned
+from coordinator.domain.source_transactions import Aligned, PartitionScan, TransactionEnded, aligned
 
 TABLES = ("public.debits", "public.credits")
+Record = tuple[str | None, bool]  # (transaction, tombstone)
+
+
+def scan(records: list[Record], start: int, stop: int, ended: set[str]) -> tuple[PartitionScan, Counter[str]]:
+    """What the job's scan query finds in ``[start, stop)`` of partition 0 (the same definitions)."""
+    first_open = last_ended = None
+    seen: Counter[str] = Counter()
+    for offset in range(start, stop):
+        tx, tombstone = records[offset]
+        if tx is not None and tx not in ended and first_open is None:
+            first_open = offset
+        if tx in ended:
+            last_ended = offset
+            seen[tx] += not tombstone
+    return PartitionScan(0, first_open, last_ended, max(start, stop)), seen
 
 
 def test_a_table_stops_at_the_first_transaction_that_has_not_ended() -> None:
-    ended = {7: TransactionEnded(7, {"public.orders": 2, "public.lines": 1})}
-    changes = [Change(0, None), Change(1, None), Change(2, 7), Change(3, 7, tombstone=True), Change(4, 7), Change(5, 8)]
-    assert aligned(0, changes, ended, "public.orders") == Aligned(end=5)  # snapshot, then all of 7 (and its tombstone)
-    assert aligned(0, changes[:3], ended, "public.orders") == Aligned(end=3, missing={7: 1})
-    assert aligned(4, [], ended, "public.lines") == Aligned(end=4, missing={7: 1})  # none of its events here yet
-    assert aligned(9, [Change(9, 8)], ended, "public.orders") == Aligned(end=9, missing={7: 2})
+    ended = {"7": TransactionEnded("7", {"public.orders": 2, "public.lines": 1})}
+    records: list[Record] = [(None, False), (None, False), ("7", False), ("7", True), ("7", False), ("8", False)]
+    below, seen = scan(records, 0, 6, set(ended))
+    assert aligned([below], [], seen, ended, "public.orders") == Aligned({0: 5})  # snapshot, all of 7 and its tombstone
+    below, seen = scan(records, 0, 3, set(ended))
+    assert aligned([below], [], seen, ended, "public.orders") == Aligned({0: 3}, {"7": 1})
+    past, more = scan(records, 3, 6, set(ended))
+    assert aligned([below], [past], seen + more, ended, "public.orders") == Aligned({0: 5})  # read on to its last event
+    nothing = PartitionScan(0, None, None, 4)
+    assert aligned([nothing], [], {}, ended, "public.lines") == Aligned({0: 4}, {"7": 1})  # none of its events here yet
 
 
 @st.composite
-def histories(draw: st.DrawFn) -> tuple[list[dict[str, int]], int, dict[str, int]]:
-    """Transactions in commit order (events per table), how many have their END below the cut,
-    and how many of each table's records are visible (a table's topic may lag the markers)."""
-    transactions = draw(st.lists(st.fixed_dictionaries({t: st.integers(0, 3) for t in TABLES}), min_size=1, max_size=12))
-    transactions = [t for t in transactions if any(t.values())] or [{TABLES[0]: 1, TABLES[1]: 1}]
-    cut = draw(st.integers(0, len(transactions)))
-    visible = {table: draw(st.integers(0, sum(t[table] for t in transactions))) for table in TABLES}
-    return transactions, cut, visible
+def histories(draw: st.DrawFn) -> tuple[list[dict[str, int]], dict[str, int], list[tuple[int, dict[str, float]]]]:
+    """Transactions in commit order (events per table), each table's snapshot (records outside
+    any transaction, before them), and barriers: how many transactions have their END below
+    the barrier's cut, and how far each table's topic had got (a topic may lag the markers)."""
+    transactions = draw(st.lists(st.fixed_dictionaries({t: st.integers(0, 3) for t in TABLES}), min_size=1, max_size=10))
+    snapshot = {t: draw(st.integers(0, 3)) for t in TABLES}
+    cuts = sorted(draw(st.lists(st.integers(0, len(transactions)), min_size=1, max_size=5)))
+    barriers = [(cut, {t: draw(st.floats(0, 1)) for t in TABLES}) for cut in cuts]
+    return transactions, snapshot, barriers
 
 
 @settings(max_examples=400, deadline=None)
 @given(histories())
-def test_tables_aligned_alone_hold_the_same_transactions(history: tuple[list[dict[str, int]], int, dict[str, int]]) -> None:
-    transactions, cut, visible = history
-    ended = {tx: TransactionEnded(tx, {t: n for t, n in events.items() if n}) for tx, events in enumerate(transactions[:cut])}
-    held: dict[str, set[int]] = {}
-    for table in TABLES:
-        records = [Change(offset, tx) for offset, tx in enumerate(
-            tx for tx, events in enumerate(transactions) for _ in range(events[table]))]
-        shown = records[: visible[table]]
-        result = aligned(0, shown, ended, table)
-        complete = aligned(0, records, ended, table)  # once every record arrived
-        assert complete.missing == {}
-        assert {c.tx_id for c in records[: complete.end]} == {tx for tx in ended if transactions[tx][table]}
-        if not result.missing:  # nothing to wait for: what it holds is final
-            assert result.end == complete.end
-        held[table] = {c.tx_id for c in records[: complete.end] if c.tx_id is not None}
-    for tx in range(len(transactions)):  # a transaction is in every table it touched, or in none
-        touched = [table for table in TABLES if transactions[tx][table]]
-        assert len({tx in held[table] for table in touched}) <= 1
+def test_tables_aligned_alone_hold_the_same_whole_transactions_at_every_barrier(history: tuple) -> None:
+    transactions, snapshot, barriers = history
+    topics: dict[str, list[Record]] = {
+        table: [(None, False)] * snapshot[table]
+        + [(str(tx), False) for tx, events in enumerate(transactions) for _ in range(events[table])] for table in TABLES}
+    where = dict.fromkeys(TABLES, 0)  # where each table's last barrier ended
+    visible = dict.fromkeys(TABLES, 0)
+    before = 0  # the transaction topic's cut of the barrier before: a barrier reads the ENDs after it
+    for cut, progress in barriers:
+        ended = {str(tx): TransactionEnded(str(tx), {t: n for t, n in transactions[tx].items() if n})
+                 for tx in range(before, cut)}
+        before = cut
+        held = {}
+        for table, records in topics.items():
+            # the data cut: how far the topic had got (never back), at least to where the table stands
+            visible[table] = max(visible[table], round(progress[table] * len(records)))
+            data_cut = max(visible[table], where[table])
+            below, seen = scan(records, where[table], data_cut, set(ended))
+            result = aligned([below], [], seen, ended, table)
+            if result.missing:  # read on past the cut once the rest arrived
+                past, more = scan(records, data_cut, len(records), set(ended))
+                result = aligned([below], [past], seen + more, ended, table)
+            assert result.missing == {}
+            where[table] = result.ends[0]
+            held[table] = Counter(tx for tx, _ in records[: where[table]] if tx is not None)
+        for tx, events in enumerate(transactions):  # whole transactions, the ended ones, in every table
+            for table in TABLES:
+                expected = events[table] if tx < cut else 0
+                assert held[table][str(tx)] == expected, (tx, table, held, cut)

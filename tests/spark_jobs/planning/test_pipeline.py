@@ -36,7 +36,7 @@ def test_upsert_debezium_avro_insert_into_and_ctes(tmp_path: Path) -> None:
     )
     pipeline = load_pipeline(tmp_path / "p.sql")
     orders, raw = pipeline.roots
-    assert orders.primary_key == ("id",) and orders.format == "debezium-json"
+    assert orders.primary_key == ("id",) and orders.format == "debezium-json" and orders.transactions is None
     assert raw.avro_schema is not None and '"long"' in raw.avro_schema
     big, audit = pipeline.derived
     assert big.sources == ("orders", "raw") and big.if_not_exists
@@ -52,6 +52,12 @@ def test_upsert_debezium_avro_insert_into_and_ctes(tmp_path: Path) -> None:
         ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:s', 'primary_key'='b')", "primary key column(s) b"),
         ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:s', 'format'='debezium-json')", "needs a 'primary_key'"),
         ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:s', 'format'='avro')", "needs 'avro_schema'"),
+        ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:p.public.t', 'transactions'='kafka:p.transaction')",
+         "'transactions' needs a Debezium format"),
+        ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:p.public.t', 'format'='debezium-json', 'primary_key'='a', "
+         "'transactions'='p.transaction')", "'transactions' = 'kafka:<topic.prefix>.transaction'"),
+        ("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:t', 'format'='debezium-json', 'primary_key'='a', "
+         "'transactions'='kafka:p.transaction')", "must be Debezium's <topic.prefix>.<schema>.<table>"),
         ("DROP TABLE t", "only CREATE TABLE"),
         ("CREATE TABLE t AS SELECT 1 AS a FROM s; CREATE TABLE t AS SELECT 2 AS a FROM s", "defined more than once: t"),
         ("SELEC 1 FROM", "SQL syntax error"),
@@ -95,6 +101,15 @@ def test_bad_pipelines_are_rejected_with_a_reason(sql: str, message: str) -> Non
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(PipelineError, match="cannot read pipeline file"):
         load_pipeline(tmp_path / "nope.sql")
+
+
+def test_a_debezium_table_with_transactions_cuts_the_transaction_topic_too() -> None:
+    pipeline = parse_pipeline("CREATE TABLE debits (id BIGINT) WITH ('source' = 'kafka:bank.public.debits', "
+                              "'format' = 'debezium-avro-confluent', 'primary_key' = 'id', "
+                              "'transactions' = 'kafka:bank.transaction')")
+    [debits] = pipeline.roots
+    assert debits.transactions == "bank.transaction" and debits.collection == "public.debits"
+    assert pipeline.jobs[0].external_topics == ("bank.public.debits", "bank.transaction")
 
 
 def test_flink_and_databricks_idioms_mean_what_users_expect() -> None:

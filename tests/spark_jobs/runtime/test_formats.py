@@ -39,12 +39,16 @@ CREATE TABLE {name} (
   seen_tz timestamptz, at_time time(6), token uuid, doc jsonb, status {name}_status, took interval, flag boolean
 );
 """
-PIPELINE = """
-CREATE TABLE orders (
+COLUMNS = """
   id INT, amount DECIMAL(10, 2), ratio DECIMAL(20, 5), placed DATE, seen TIMESTAMP_NTZ, seen_tz TIMESTAMP,
-  at_time STRING, token STRING, doc STRING, status STRING, took BIGINT, flag BOOLEAN, note STRING
-) WITH ('source' = 'kafka:{topic}', 'format' = 'debezium-avro-confluent', 'primary_key' = 'id');
+  at_time STRING, token STRING, doc STRING, status STRING, took BIGINT, flag BOOLEAN, note STRING"""
+# the same table twice: through the schema registry, and as JSON with the schema in each record
+PIPELINE = f"""
+CREATE TABLE orders ({COLUMNS}) WITH ('source' = 'kafka:{{topic}}', 'format' = 'debezium-avro-confluent', 'primary_key' = 'id');
+CREATE TABLE orders_json ({COLUMNS}) WITH ('source' = 'kafka:{{json_topic}}', 'format' = 'debezium-json', 'primary_key' = 'id');
 """
+JSON_SCHEMAS_ON = {f"{side}.converter{option}": value for side in ("key", "value") for option, value in
+                   (("", "org.apache.kafka.connect.json.JsonConverter"), (".schemas.enable", "true"))}
 
 
 def test_a_postgres_table_arrives_as_its_snapshot_then_its_changes_with_its_types(
@@ -55,22 +59,28 @@ def test_a_postgres_table_arrives_as_its_snapshot_then_its_changes_with_its_type
            f"INSERT INTO {name} VALUES (1, 12.34, 3.14159, '2024-02-29', '2024-01-02 03:04:05.123456', "
            "'2024-01-02 03:04:05+02', '12:34:56.789', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{\"a\": 1}', 'new', "
            f"'1 day 2 hours', true), (2, 1.50, -7, NULL, NULL, NULL, NULL, NULL, NULL, 'paid', NULL, false);")
-    prefix = cdc_stack.capture([f"public.{name}"])
-    topic = f"{prefix}.public.{name}"
-    wait_until(lambda: end_offset(kafka_bootstrap, topic) >= 2, "the snapshot's two records", timeout=60)
-    settings = run_pipeline(PIPELINE.format(topic=topic), schema_registry_url=cdc_stack.registry.url)
+    topic = f"{cdc_stack.capture([f'public.{name}'])}.public.{name}"
+    json_topic = f"{cdc_stack.capture([f'public.{name}'], **JSON_SCHEMAS_ON)}.public.{name}"
+    for captured in (topic, json_topic):
+        wait_until(lambda t=captured: end_offset(kafka_bootstrap, t) >= 2, "the snapshot's two records", timeout=60)
+    settings = run_pipeline(PIPELINE.format(topic=topic, json_topic=json_topic), schema_registry_url=cdc_stack.registry.url)
 
     pg.sql(f"BEGIN; UPDATE {name} SET amount = 99.99, status = 'paid' WHERE id = 1; DELETE FROM {name} WHERE id = 2; "
            f"INSERT INTO {name} (id, amount) VALUES (3, 0.01); COMMIT;"
            f"ALTER TABLE {name} ADD COLUMN note text; INSERT INTO {name} (id, note) VALUES (4, 'after the new column');")
-    wait_until(lambda: end_offset(kafka_bootstrap, topic) >= 7, "the changes' records (and a tombstone)", timeout=60)
+    for captured in (topic, json_topic):
+        wait_until(lambda t=captured: end_offset(kafka_bootstrap, t) >= 7, "the changes' records (and a tombstone)",
+                   timeout=60)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     producer.produce(topic, key=b"k", value=b"{\"id\": 5}")  # not framed: a dead letter
     producer.produce(topic, key=b"k", value=b"\x00\x00\x0f\x42\x3f" + b"\x02")  # an id the registry does not know
     producer.flush(10)
 
-    state, b = wait_for_barrier(settings, ["orders"], {0: end_offset(kafka_bootstrap, topic)}, topic)
+    wait_for_barrier(settings, ["orders", "orders_json"], {0: end_offset(kafka_bootstrap, json_topic)}, json_topic)
+    state, b = wait_for_barrier(settings, ["orders", "orders_json"], {0: end_offset(kafka_bootstrap, topic)}, topic)
     rows = {r["id"]: r.asDict() for r in at(spark, settings, "orders", state.exact_points("orders")[b]).collect()}
+    as_json = {r["id"]: r.asDict() for r in at(spark, settings, "orders_json", state.exact_points("orders_json")[b]).collect()}
+    assert as_json == rows, "debezium-json with schemas on fills the columns as the registry's Avro does"
     assert sorted(rows) == [1, 3, 4]
     assert rows[1] == {
         "id": 1, "amount": Decimal("99.99"), "ratio": Decimal("3.14159"), "placed": dt.date(2024, 2, 29),
