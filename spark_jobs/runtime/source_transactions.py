@@ -15,6 +15,8 @@ Example::
 
     alignment = TransactionAlignment(spark, table, kafka_options)
     ranges = alignment.align(work, schemas)  # the barrier's offset ranges, whole transactions only
+    ...                                      # ingest them, commit, publish the completion with them
+    alignment.committed(work, ranges)        # the next barrier starts where they end
 """
 
 from __future__ import annotations
