@@ -94,7 +94,7 @@ def image_reader(schema: dict[str, Any], target: Target) -> Callable[[dict[str, 
         avro = {"type": "record", "name": "change", "fields": [{"name": "after", "type": ["null", avro]}]}
         read = columns_reader(json.dumps(avro), target)
     else:
-        read = key_reader(json.dumps(avro), Target(target.columns, target.key))
+        read = key_reader(json.dumps(avro), target)
     wanted = {name for name, _ in target.columns} & fields.keys()
 
     def convert(values: dict[str, Any]) -> Row:

@@ -173,13 +173,18 @@ def _avro(raw: DataFrame, table: RootTable) -> DataFrame:
                           F.col("_avro.error").isNotNull().alias("is_bad"))
 
 
+def _target(table: RootTable, envelope: bool) -> Target:
+    """The table as the Python readers see it: its columns, key, and whether records are Debezium's envelope."""
+    return Target(tuple((c.name, c.type) for c in table.columns), table.primary_key, envelope)
+
+
 def _typed_target(table: RootTable) -> Target:
-    """A ``debezium-json`` table as the schema-driven reader sees it (Debezium's envelope)."""
-    return Target(tuple((c.name, c.type) for c in table.columns), table.primary_key, envelope=True)
+    """A ``debezium-json`` table as the schema-driven reader sees it."""
+    return _target(table, envelope=True)
 
 
 def confluent_target(table: RootTable) -> Target:
-    return Target(tuple((c.name, c.type) for c in table.columns), table.primary_key, CONFLUENT[table.format])
+    return _target(table, CONFLUENT[table.format])
 
 
 def _confluent(raw: DataFrame, table: RootTable, schemas: dict[int, str], registry_url: str) -> DataFrame:
