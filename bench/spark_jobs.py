@@ -3,10 +3,11 @@
 * ``ingest``: root ingestion (JSON, primary-key MERGE) of the same Kafka records in the same
   batch sizes, Lockstep's RootIngestion vs. a plain Structured Streaming Kafka -> Delta MERGE
   job (foreachBatch: parse, last change per key, MERGE). Runs alternate; the best of each counts.
-* ``ivm``: one barrier of an aggregate over a 10,000,000-row table of which 1% changed,
-  incremental maintenance vs. full refresh of the same query.
+* ``ivm``: one barrier of a query (``--query``: an aggregate, HAVING, Top-3 per group,
+  DISTINCT) over a 10,000,000-row table of which 1% changed, incremental maintenance vs. full
+  refresh of the same query.
 
-Usage: python -m bench.spark_jobs {ingest,ivm} [--records N] [--rows N]
+Usage: python -m bench.spark_jobs {ingest,ivm} [--records N] [--rows N] [--query having]
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ if TYPE_CHECKING:
     from spark_jobs.runtime.ivm import TableMaintainer
 
 INGEST_DDL = "id BIGINT, v BIGINT, name STRING"
+# ivm's queries over src(k, g, v): 100 rows per group g, v = k % 1000
+IVM_QUERIES = {
+    "aggregate": "SELECT g, SUM(v) AS total, COUNT(*) AS n, AVG(v) AS mean FROM src GROUP BY g",
+    "having": "SELECT g, COUNT(*) AS n, SUM(v) AS total FROM src GROUP BY g HAVING SUM(v) > 50000",
+    "top3": "SELECT * FROM (SELECT g, k, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v DESC, k) AS rn FROM src) "
+            "WHERE rn <= 3",
+    "distinct": "SELECT DISTINCT g, v FROM src",
+}
 
 
 @contextmanager
@@ -147,7 +156,7 @@ def bench_ingest(records: int, batches: int, repeat: int) -> None:
         spark.stop()
 
 
-def bench_ivm(rows: int, changed: float, rounds: int) -> None:
+def bench_ivm(rows: int, changed: float, rounds: int, which: str) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -158,7 +167,7 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
     from spark_jobs.runtime.ivm import TableMaintainer
     from spark_jobs.runtime.session import build_session
 
-    query = "SELECT g, SUM(v) AS total, COUNT(*) AS n, AVG(v) AS mean FROM src GROUP BY g"
+    query = IVM_QUERIES[which]
     with local_stack() as settings:
         spark = build_session("bench-ivm", settings=settings, conf={"spark.driver.memory": "6g"})
         groups = rows // 100
@@ -171,7 +180,8 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
         publisher = CompletionPublisher(settings)
         incremental_plan = plan_query(query, {"src": TableShape(("k",), False)})
         full_plan = Plan(PlanKind.FULL_REFRESH, "the baseline", query, sources=("src",))
-        assert incremental_plan.kind == PlanKind.AGGREGATE
+        print(f"{which}: {incremental_plan.explain()}")
+        assert incremental_plan.incremental
         jobs = {
             "incremental": TableMaintainer(spark, DerivedTable("agg_inc", query, ("src",)), incremental_plan,
                                            "maintain_inc", settings.table_location, publisher),
@@ -194,8 +204,10 @@ def bench_ivm(rows: int, changed: float, rounds: int) -> None:
                 times[name].append(time.perf_counter() - t0)
             print(f"barrier {b}: {n_changed:,} rows changed; " +
                   "  ".join(f"{name} {times[name][-1]:6.2f}s ({_phases(job)})" for name, job in jobs.items()))
-        inc = spark.read.format("delta").load(settings.table_location("agg_inc")).select("g", "total", "n")
-        full = spark.read.format("delta").load(settings.table_location("agg_full")).select("g", "total", "n")
+        inc = spark.read.format("delta").load(settings.table_location("agg_inc"))
+        columns = [c for c in inc.columns if c != "mean" and not c.startswith("__")]  # (AVG's last digits differ)
+        inc = inc.select(*columns)
+        full = spark.read.format("delta").load(settings.table_location("agg_full")).select(*columns)
         same = inc.exceptAll(full).count() == 0 and full.exceptAll(inc).count() == 0
         median = {name: statistics.median(ts) for name, ts in times.items()}
         print(f"results identical: {same}")
@@ -218,11 +230,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000, help="ivm: source rows (default 10,000,000)")
     parser.add_argument("--changed", type=float, default=0.01, help="ivm: fraction changed per barrier (default 0.01)")
     parser.add_argument("--rounds", type=int, default=3, help="ivm: barriers measured (default 3)")
+    parser.add_argument("--query", choices=sorted(IVM_QUERIES), default="aggregate", help="ivm: the query (default aggregate)")
     args = parser.parse_args()
     if args.which == "ingest":
         bench_ingest(args.records, args.batches, args.repeat)
     else:
-        bench_ivm(args.rows, args.changed, args.rounds)
+        bench_ivm(args.rows, args.changed, args.rounds, args.query)
 
 
 if __name__ == "__main__":

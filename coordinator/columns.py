@@ -1,7 +1,7 @@
 """Column-level lineage from SQL alone (sqlglot's ``lineage``): for each column of a maintained
 table, the columns of its sources it is computed from. Shared by ``lockstep explain`` and the
 jobs' OpenLineage events (from a pipeline file) and the worker's live page (from the state: root
-tables' column DDL, jobs' queries), so it imports nothing of Lockstep's.
+tables' column DDL, jobs' queries), so it imports nothing of Lockstep's but its SQL dialect.
 
 Example::
 
@@ -20,6 +20,8 @@ from sqlglot.errors import SqlglotError
 from sqlglot.lineage import lineage
 from sqlglot.optimizer.qualify import qualify
 
+from coordinator.spark_sql import SPARK
+
 Schemas = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # ((table, ((column, type), ...)), ...)
 
 
@@ -37,7 +39,7 @@ def column_sources(schemas: Schemas, queries: tuple[tuple[str, str], ...]) -> di
         for table, query in ready:
             pending.remove((table, query))
             try:
-                tree = qualify(sqlglot.parse_one(query, read="spark"), schema=dict(known), dialect="spark")
+                tree = qualify(sqlglot.parse_one(query, read=SPARK), schema=dict(known), dialect=SPARK)
                 if not isinstance(tree, exp.Query):
                     raise SqlglotError(f"not a query: {query[:40]}")
                 columns = {s.alias_or_name: _sources(s.alias_or_name, tree, known) for s in tree.selects}
@@ -58,22 +60,22 @@ def ddl_columns(ddl: str) -> tuple[tuple[str, str], ...]:
     (('a', 'BIGINT'), ('b', 'DOUBLE'))
     """
     try:
-        tree = sqlglot.parse_one(f"CREATE TABLE t ({ddl})", read="spark")
+        tree = sqlglot.parse_one(f"CREATE TABLE t ({ddl})", read=SPARK)
     except SqlglotError:
         return ()
-    return tuple((c.name, c.args["kind"].sql(dialect="spark").upper())
+    return tuple((c.name, c.args["kind"].sql(dialect=SPARK).upper())
                  for c in tree.find_all(exp.ColumnDef) if c.args.get("kind") is not None)
 
 
 def _reads(query: str) -> set[str]:
     try:
-        return {t.name for t in sqlglot.parse_one(query, read="spark").find_all(exp.Table)}
+        return {t.name for t in sqlglot.parse_one(query, read=SPARK).find_all(exp.Table)}
     except SqlglotError:
         return set()
 
 
 def _sources(column: str, query: exp.Query, schema: dict[str, dict[str, str]]) -> list[str]:
-    node = lineage(column, query, schema=schema, dialect="spark")
+    node = lineage(column, query, schema=schema, dialect=SPARK)
     found = {f"{leaf.expression.name}.{leaf.name.rsplit('.', 1)[-1].strip(chr(34))}"
              for leaf in node.walk() if not leaf.downstream and isinstance(leaf.expression, exp.Table)}
     return sorted(found)

@@ -20,6 +20,7 @@ from coordinator.domain.errors import LockstepError
 from coordinator.domain.events import JobStatus, TableKind
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
+from coordinator.spark_sql import SPARK
 from spark_jobs.ops.runner import Supervisor, register_pipeline
 from spark_jobs.planning.pipeline import DerivedTable, Pipeline, RootTable, tables_read
 
@@ -89,7 +90,7 @@ class TableBuilder:
             if if_not_exists:
                 return None
             raise CtasError(f"table {self.name!r} exists already; use create_if_not_exists() or another name")
-        table = DerivedTable(self.name, self.query.sql, tables_read(sqlglot.parse_one(self.query.sql, read="spark")))
+        table = DerivedTable(self.name, self.query.sql, tables_read(sqlglot.parse_one(self.query.sql, read=SPARK)))
         alone = Pipeline((), (table,))
         register_pipeline(settings, alone)
         job = alone.jobs[0]

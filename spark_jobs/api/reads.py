@@ -45,6 +45,7 @@ from coordinator.domain import AcquireLease, ReleaseLease
 from coordinator.domain.errors import LockstepError, Unreachable
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
+from coordinator.spark_sql import SPARK
 from spark_jobs.api.lineage import is_meta_table, register_lineage_views
 from spark_jobs.planning.pipeline import tables_read
 from spark_jobs.planning.plans import HIDDEN
@@ -83,7 +84,7 @@ def referenced_tables(query: str) -> list[str]:
     >>> referenced_tables("WITH x AS (SELECT * FROM b) SELECT * FROM x JOIN a ON x.k = a.k JOIN __meta_etl_sink")
     ['a', 'b']
     """
-    return [t for t in tables_read(sqlglot.parse_one(query, read="spark")) if not is_meta_table(t)]
+    return [t for t in tables_read(sqlglot.parse_one(query, read=SPARK)) if not is_meta_table(t)]
 
 
 @dataclass
@@ -146,7 +147,7 @@ class ConsistentSnapshot:
     def sql(self, query: str) -> DataFrame:
         """Run ``query`` with every table it names bound to this snapshot's version (lineage
         tables ``__meta_*`` as they are now)."""
-        tree = sqlglot.parse_one(query, read="spark")
+        tree = sqlglot.parse_one(query, read=SPARK)
         ctes = {cte.alias for cte in tree.find_all(exp.CTE)}
         views: dict[str, str] = {}
         for node in list(tree.find_all(exp.Table)):
@@ -161,7 +162,7 @@ class ConsistentSnapshot:
                 self.table(name).createOrReplaceTempView(views[name])
             alias = node.alias or name
             node.replace(exp.Table(this=exp.to_identifier(views[name]), alias=exp.TableAlias(this=exp.to_identifier(alias))))
-        return self.spark.sql(tree.sql(dialect="spark"))
+        return self.spark.sql(tree.sql(dialect=SPARK))
 
     def _renew(self) -> None:
         """Renew every third of the ttl until closed or lapsed (a renewal that comes too late

@@ -35,6 +35,7 @@ from sqlglot.tokens import TokenType
 
 from coordinator.domain.errors import UsageError
 from coordinator.domain.validity import column_problem, name_problem
+from coordinator.spark_sql import SPARK
 
 FORMATS = ("json", "avro", "debezium-json", "avro-confluent", "debezium-avro-confluent")
 ROOT_OPTIONS = {"source", "format", "primary_key", "avro_schema", "avro_schema_file", "transactions"}
@@ -133,7 +134,7 @@ def load_pipeline(path: Path) -> Pipeline:
 
 def parse_pipeline(text: str, base: Path | None = None) -> Pipeline:
     try:
-        statements = [s for s in sqlglot.parse(text, read="spark") if s is not None]
+        statements = [s for s in sqlglot.parse(text, read=SPARK) if s is not None]
         lines = _statement_lines(text)
     except (ParseError, TokenError) as exc:
         raise PipelineError(f"SQL syntax error: {exc}") from exc
@@ -164,7 +165,7 @@ def parse_pipeline(text: str, base: Path | None = None) -> Pipeline:
                                     f"maintains it incrementally; write INSERT INTO {name} SELECT ... (or CREATE TABLE "
                                     f"{name} AS SELECT ...)")
             query = _query(statement.expression, where)
-            derived.append(DerivedTable(name, query.sql(dialect="spark"), tables_read(query), declared_here=False))
+            derived.append(DerivedTable(name, query.sql(dialect=SPARK), tables_read(query), declared_here=False))
         else:
             raise PipelineError(
                 f"{where}: only CREATE TABLE ... WITH (...), CREATE TABLE ... AS SELECT (or CREATE MATERIALIZED "
@@ -180,7 +181,7 @@ def parse_pipeline(text: str, base: Path | None = None) -> Pipeline:
 def _statement_lines(text: str) -> list[int]:
     """The line each statement starts on (1-based), for messages that say where to look."""
     lines, starting = [], True
-    for token in sqlglot.Dialect.get_or_raise("spark").tokenize(text):
+    for token in SPARK().tokenize(text):
         if token.token_type == TokenType.SEMICOLON:
             starting = True
         elif starting:
@@ -200,7 +201,7 @@ def _table_name(table: exp.Table, where: str) -> str:
     """The name of a pipeline table that ``table`` refers to: ``t``, ``default.t`` or
     ``spark_catalog.default.t`` (where Lockstep registers its tables); anything else is an error."""
     if not isinstance(table.this, exp.Identifier):
-        function = table.this.sql(dialect="spark")
+        function = table.this.sql(dialect=SPARK)
         if isinstance(table.this, exp.Anonymous) and table.this.name.upper() == "STREAM":
             raise PipelineError(f"{where}: {function} is a streaming read in Databricks; Lockstep reads every "
                                 f"table of a query barrier by barrier already: write FROM {table.this.expressions[0].sql()}")
@@ -302,7 +303,7 @@ def _columns(schema: exp.Schema, where: str) -> tuple[tuple[Column, ...], tuple[
         if isinstance(item, exp.PrimaryKey):
             key = tuple(k.name for k in item.expressions)
         elif isinstance(item, exp.ColumnDef):
-            columns.append(Column(item.name, item.args["kind"].sql(dialect="spark").upper()))
+            columns.append(Column(item.name, item.args["kind"].sql(dialect=SPARK).upper()))
             for constraint in item.constraints:
                 if isinstance(constraint.kind, exp.PrimaryKeyColumnConstraint):
                     key = (item.name,)
@@ -319,7 +320,7 @@ def _view(statement: exp.Create, where: str) -> DerivedTable:
     """``CREATE MATERIALIZED VIEW v AS SELECT``: a maintained table. A plain view is rejected."""
     props = statement.args.get("properties")
     if not props or not any(isinstance(p, exp.MaterializedProperty) for p in props.expressions):
-        name = statement.this.sql(dialect="spark")
+        name = statement.this.sql(dialect=SPARK)
         raise PipelineError(f"{where}: a plain view is computed at each read, not kept consistent across tables; "
                             f"write CREATE MATERIALIZED VIEW {name} AS SELECT ... (a table Lockstep maintains)")
     return _derived(statement, where)
@@ -337,7 +338,7 @@ def _derived(statement: exp.Create, where: str) -> DerivedTable:
         raise PipelineError(f"{where}: {', '.join(p.sql(dialect='spark') for p in ignored)}: a maintained table takes "
                             f"no options (it is a Delta table Lockstep keeps at every barrier); remove them")
     query = _query(statement.expression, where)
-    return DerivedTable(name, query.sql(dialect="spark"), tables_read(query), True, bool(statement.args.get("exists")))
+    return DerivedTable(name, query.sql(dialect=SPARK), tables_read(query), True, bool(statement.args.get("exists")))
 
 
 def _query(query: exp.Query, where: str) -> exp.Query:

@@ -7,8 +7,13 @@ Shapes maintained incrementally, all correct under upstream updates and deletes:
 * **projection**: ``SELECT cols/exprs FROM t [WHERE ...]`` over one table. Changes are applied
   by the source's key (which must be selected) or appended when the source is append-only.
 * **aggregate**: ``... GROUP BY`` with SUM, COUNT, COUNT(*), AVG, MIN, MAX, COUNT(DISTINCT)
-  over one table or a two-table join. Invertible aggregates add signed deltas; MIN/MAX recompute
-  only groups that lost their extreme value; COUNT(DISTINCT) recomputes the changed groups.
+  over one table or a two-table join (GROUP BY expressions such as ``window(ts, '1 minute')``
+  and ``date_trunc`` too; a one-level ``SELECT DISTINCT`` is a GROUP BY of its columns).
+  Invertible aggregates add signed deltas; MIN/MAX recompute only groups that lost their
+  extreme value; COUNT(DISTINCT) recomputes the changed groups.
+* **groups**: a query over one table whose every GROUP BY, PARTITION BY and DISTINCT includes
+  the same columns of it (HAVING, Top-N per group, expressions over aggregates, subqueries and
+  CTEs in FROM): the groups a barrier touches are recomputed (``spark_jobs.planning.groups``).
 * **join**: two-table INNER or LEFT equi-join, optionally followed by GROUP BY. The rows whose
   join key changed are recomputed from the other side's Delta snapshot (old and new versions),
   so no state of either side is copied into the job.
@@ -35,6 +40,8 @@ from sqlglot import exp
 
 from coordinator.domain.errors import LockstepError
 from coordinator.domain.events import dead_letters
+from coordinator.spark_sql import SPARK
+from spark_jobs.planning.groups import NotGrouped, groups_of
 from spark_jobs.planning.pipeline import DerivedTable, Job, Pipeline, RootTable, tables_read
 
 HIDDEN = "__lockstep_"  # prefix of bookkeeping columns kept in aggregate tables
@@ -75,12 +82,13 @@ class Aggregate:
 
 
 class PlanKind(StrEnum):
-    """How a table is maintained: incrementally in one of four shapes, or recomputed."""
+    """How a table is maintained: incrementally in one of five shapes, or recomputed."""
 
     PROJECTION = "projection"
     AGGREGATE = "aggregate"
     JOIN = "join"
     JOIN_AGGREGATE = "join_aggregate"
+    GROUPS = "groups"
     FULL_REFRESH = "full_refresh"
 
 
@@ -97,6 +105,7 @@ class PlanParts(TypedDict, total=False):
     change_query: str
     full_query: str
     join_columns: Mapping[str, tuple[str, ...]]
+    group_columns: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -120,10 +129,17 @@ class Plan:
     change_query: str = ""
     full_query: str = ""  # the query plus the bookkeeping columns of aggregates
     join_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # source -> its equi-join columns
+    # groups: the source's columns whose groups a barrier recomputes (selected unchanged)
+    group_columns: tuple[str, ...] = ()
 
     @property
     def incremental(self) -> bool:
         return self.kind != PlanKind.FULL_REFRESH
+
+    @property
+    def aggregated(self) -> bool:
+        """Its table keeps groups with bookkeeping columns (a row count at least)."""
+        return self.kind in (PlanKind.AGGREGATE, PlanKind.JOIN_AGGREGATE)
 
     def explain(self) -> str:
         if not self.incremental:
@@ -138,7 +154,7 @@ class Unsupported(LockstepError):
 
 def plan_query(query: str, shapes: Mapping[str, TableShape]) -> Plan:
     """Analyse ``query`` (Spark SQL) given what is known about its source tables."""
-    tree = sqlglot.parse_one(query, read="spark")
+    tree = sqlglot.parse_one(query, read=SPARK)
     sources = tables_read(tree)
     try:
         return _plan(tree, shapes, sources)
@@ -149,19 +165,17 @@ def plan_query(query: str, shapes: Mapping[str, TableShape]) -> Plan:
 def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple[str, ...]) -> Plan:
     if not isinstance(tree, exp.Select):
         raise Unsupported(f"it is a {type(tree).__name__.upper()}, not a single SELECT")
-    for arg, what in (("with", "a WITH clause"), ("having", "HAVING"), ("distinct", "SELECT DISTINCT"),
-                      ("qualify", "QUALIFY"), ("windows", "WINDOW")):
-        if tree.args.get(arg):
-            raise Unsupported(f"{what} is not maintained incrementally")
+    if tree.args.get("windows"):
+        raise Unsupported("a named WINDOW clause is not maintained incrementally; write OVER (...) in place")
     if tree.args.get("order") or tree.args.get("limit") or tree.args.get("offset"):
         raise Unsupported("ORDER BY / LIMIT: the result is not a set of rows that changes can be applied to")
-    if tree.find(exp.Window):
-        raise Unsupported("window functions are not maintained incrementally")
-    if any(s is not tree for s in tree.find_all(exp.Select)):
-        raise Unsupported("subqueries are not maintained incrementally")
     for column in tree.find_all(exp.Column):
         if column.name.startswith(HIDDEN):
             raise Unsupported(f"column {column.name} uses the reserved prefix {HIDDEN}")
+    tree = _distinct_as_group(tree)
+    features = _group_features(tree)
+    if features:
+        return Plan(query=tree.sql(dialect=SPARK), sources=sources, **_groups_plan(tree, shapes, sources, features))
     aliases, join = _relations(tree)
     items = list(tree.expressions)
     grouped = bool(tree.args.get("group")) or any(isinstance(i.unalias(), exp.AggFunc) for i in items)
@@ -169,8 +183,55 @@ def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple
         parts = _join_plan(tree, items, aliases, shapes, join, grouped)
     else:
         (source,) = set(aliases.values())
-        parts = _single_plan(tree, items, shapes.get(source, UNKNOWN), grouped, source)
-    return Plan(query=tree.sql(dialect="spark"), sources=sources, **parts)
+        try:
+            parts = _single_plan(tree, items, shapes.get(source, UNKNOWN), grouped, source)
+        except Unsupported as exc:
+            if not grouped:
+                raise
+            try:  # an aggregate its arithmetic cannot keep (an expression over aggregates, ...): by group
+                parts = _groups_plan(tree, shapes, sources, ["GROUP BY"])
+            except Unsupported:
+                raise exc from None
+    return Plan(query=tree.sql(dialect=SPARK), sources=sources, **parts)
+
+
+def _distinct_as_group(tree: exp.Select) -> exp.Select:
+    """``SELECT DISTINCT a, b FROM ...`` (one level, no aggregates) as ``... GROUP BY a, b``: the
+    aggregate shape then keeps a row count per distinct row and drops a row when it reaches 0."""
+    items = tree.expressions
+    if (not tree.args.get("distinct") or tree.args.get("group") or any(s is not tree for s in tree.find_all(exp.Select))
+            or tree.find(exp.Window) or any(i.is_star or i.find(exp.AggFunc) for i in items)):
+        return tree
+    grouped = tree.copy()
+    grouped.set("distinct", None)
+    grouped.set("group", exp.Group(expressions=[i.unalias().copy() for i in items]))
+    return grouped
+
+
+def _group_features(tree: exp.Select) -> list[str]:
+    """What makes ``tree`` a query for the groups shape (``spark_jobs.planning.groups``)."""
+    selects = list(tree.find_all(exp.Select))
+    found = {"HAVING": any(s.args.get("having") for s in selects),
+             "SELECT DISTINCT": any(s.args.get("distinct") for s in selects),
+             "QUALIFY": any(s.args.get("qualify") for s in selects),
+             "window functions": tree.find(exp.Window) is not None,
+             "subqueries": len(selects) > 1}
+    return [what for what, present in found.items() if present]
+
+
+def _groups_plan(tree: exp.Select, shapes: Mapping[str, TableShape], sources: tuple[str, ...],
+                 features: list[str]) -> PlanParts:
+    what = ", ".join(features)
+    if len(sources) != 1:
+        raise Unsupported(f"{what} over more than one table ({', '.join(sources)}) are not maintained incrementally")
+    (source,) = sources
+    try:
+        groups = groups_of(tree, source, shapes.get(source, UNKNOWN).key)
+    except NotGrouped as exc:
+        raise Unsupported(f"{what}: {exc}") from exc
+    return PlanParts(kind=PlanKind.GROUPS, key=groups.key, group_columns=groups.columns,
+                     reason=f"the groups of {source}({', '.join(groups.columns)}) that a barrier's changes touch "
+                            f"are recomputed from their rows of {source} and replace their rows [{what}]")
 
 
 def _relations(tree: exp.Select) -> tuple[dict[str, str], tuple | None]:
@@ -218,18 +279,18 @@ def _relations(tree: exp.Select) -> tuple[dict[str, str], tuple | None]:
 
 def _classify(items: list[exp.Expression], group: list[exp.Expression]) -> tuple[tuple[int, ...], tuple[Aggregate, ...]]:
     """Split the select list into group columns and aggregates; anything else is unsupported."""
-    group_sql = {g.sql(dialect="spark") for g in group}
+    group_sql = {g.sql(dialect=SPARK) for g in group}
     by_alias = {i.alias for i in items if i.alias}
     for g in group:
         if isinstance(g, exp.Literal):
             raise Unsupported("GROUP BY by position is not maintained incrementally; name the columns")
-        if g.sql(dialect="spark") not in {i.unalias().sql(dialect="spark") for i in items} and g.name not in by_alias:
+        if g.sql(dialect=SPARK) not in {i.unalias().sql(dialect=SPARK) for i in items} and g.name not in by_alias:
             raise Unsupported(f"GROUP BY {g.sql()} is not in the select list, so the table has no key")
     positions: list[int] = []
     aggregates: list[Aggregate] = []
     for position, item in enumerate(items):
         node = item.unalias()
-        if node.sql(dialect="spark") in group_sql or (item.alias and item.alias in {g.name for g in group}):
+        if node.sql(dialect=SPARK) in group_sql or (item.alias and item.alias in {g.name for g in group}):
             positions.append(position)
             continue
         agg = node if isinstance(node, exp.AggFunc) else None
@@ -246,7 +307,7 @@ def _classify(items: list[exp.Expression], group: list[exp.Expression]) -> tuple
             if func != "count" or len(arg.expressions) != 1:
                 raise Unsupported(f"{item.sql()}: only COUNT(DISTINCT one_column) is maintained incrementally")
             func, arg = "count_distinct", arg.expressions[0]
-        aggregates.append(Aggregate(func, arg.sql(dialect="spark") if arg is not None else None, position))
+        aggregates.append(Aggregate(func, arg.sql(dialect=SPARK) if arg is not None else None, position))
     if len(positions) != len(group):
         raise Unsupported("each GROUP BY expression must appear exactly once in the select list")
     return tuple(positions), tuple(aggregates)
@@ -256,8 +317,8 @@ def _with_weight(tree: exp.Select, columns: list[exp.Expression], weight: str) -
     """The query's FROM/JOIN/WHERE with ``columns`` and the change weight as its select list."""
     change = tree.copy()
     change.set("group", None)
-    change.set("expressions", [*columns, exp.maybe_parse(f"{weight} AS {WEIGHT}", dialect="spark")])
-    return change.sql(dialect="spark")
+    change.set("expressions", [*columns, exp.maybe_parse(f"{weight} AS {WEIGHT}", dialect=SPARK)])
+    return change.sql(dialect=SPARK)
 
 
 def _aggregate_parts(tree: exp.Select, items: list[exp.Expression], weight: str) -> PlanParts:
@@ -266,13 +327,13 @@ def _aggregate_parts(tree: exp.Select, items: list[exp.Expression], weight: str)
         raise Unsupported("an aggregate without GROUP BY (a single global row) is not maintained incrementally")
     positions, aggregates = _classify(items, group)
     columns = [items[p].unalias().copy().as_(f"{HIDDEN}g{i}") for i, p in enumerate(positions)]
-    columns += [exp.maybe_parse(a.arg, dialect="spark").as_(f"{HIDDEN}a{i}")
+    columns += [exp.maybe_parse(a.arg, dialect=SPARK).as_(f"{HIDDEN}a{i}")
                 for i, a in enumerate(aggregates) if a.arg is not None]
     full = tree.copy()
     extra = [f"COUNT(*) AS {ROWS}"] + [f"{sql} AS {name}" for i, a in enumerate(aggregates) for name, sql in a.hidden(i).items()]
-    full.set("expressions", [*full.expressions, *(exp.maybe_parse(e, dialect="spark") for e in extra)])
+    full.set("expressions", [*full.expressions, *(exp.maybe_parse(e, dialect=SPARK) for e in extra)])
     return PlanParts(group_positions=positions, aggregates=aggregates, key=positions,
-                     change_query=_with_weight(tree, columns, weight), full_query=full.sql(dialect="spark"))
+                     change_query=_with_weight(tree, columns, weight), full_query=full.sql(dialect=SPARK))
 
 
 def _selected(items: list[exp.Expression], table_aliases: set[str], columns: tuple[str, ...]) -> tuple[int, ...] | None:
@@ -289,6 +350,8 @@ def _selected(items: list[exp.Expression], table_aliases: set[str], columns: tup
 
 
 def _names(aggregates: tuple[Aggregate, ...]) -> str:
+    if not aggregates:
+        return "SELECT DISTINCT: a row count per distinct row"
     return ", ".join(a.func.upper().replace("_STAR", "(*)").replace("_DISTINCT", "(DISTINCT)") for a in aggregates)
 
 
@@ -306,7 +369,7 @@ def _single_plan(tree: exp.Select, items: list[exp.Expression], shape: TableShap
         why = "has no key" if shape.key is None else f"key ({', '.join(shape.key)}) is not selected"
         raise Unsupported(f"{source} {why} and may update or delete rows: changed rows could not be found in the result")
     how = "appended (the source only grows)" if key is None else "applied by the source's key"
-    change = tree.sql(dialect="spark") if star else _with_weight(tree, items, WEIGHT)  # * includes the weight
+    change = tree.sql(dialect=SPARK) if star else _with_weight(tree, items, WEIGHT)  # * includes the weight
     return PlanParts(kind=PlanKind.PROJECTION,
                      reason=f"changes of {source} (Delta change data feed) filtered, projected and {how}",
                      key=key, append_only=key is None, inserts_only=shape.append_only, change_query=change)
@@ -351,7 +414,7 @@ def shapes_of(roots: list[tuple[str, tuple[str, ...]]], derived: list[tuple[str,
     shapes = {name: TableShape(key or None, not key) for name, key in roots}
     for name, query in derived:
         plan = plan_query(query, shapes)
-        names = [i.alias_or_name for i in sqlglot.parse_one(query, read="spark").expressions]
+        names = [i.alias_or_name for i in sqlglot.parse_one(query, read=SPARK).expressions]
         key = output_key(plan, names)
         shapes[name] = TableShape(None if key is None or "" in key else key, plan.append_only)
     return shapes

@@ -8,6 +8,8 @@ rows with a weight** (+n inserted, -n retracted):
   FROM/WHERE/select list;
 * a join: only the rows whose join key changed, computed from both sides' snapshots at the
   old versions (weight -1) and the new ones (+1); the rest of each side is never copied.
+* by group (``spark_jobs.planning.groups``): the query over the source rows of the groups the
+  changes touch, at the new version (+1), and the table's old rows of those groups (-1).
 
 Equal rows with opposite weights cancel. The rest is applied to the sink in one MERGE per
 barrier: by key (projection, join), appended (append-only inputs), or folded into the groups
@@ -33,7 +35,7 @@ from coordinator.client.clock import now_ms
 from coordinator.domain.work import BarrierWork
 from coordinator.settings import CrashAt
 from spark_jobs.planning.pipeline import DerivedTable
-from spark_jobs.planning.plans import HIDDEN, ROWS, WEIGHT, Plan, output_key
+from spark_jobs.planning.plans import HIDDEN, ROWS, WEIGHT, Plan, PlanKind, output_key
 from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.runtime.delta_log import read_version, table_bytes
 from spark_jobs.runtime.stopwatch import Stopwatch
@@ -168,12 +170,14 @@ class TableMaintainer:
         path = self.sink.path
         try:
             with self.watch.phase("plan"):
-                rows = self._change_rows(old_versions, work.source_versions)
+                rows = self._change_rows(old_versions, work.source_versions, old_sink)
                 if self.plan.inserts_only:
                     net = rows  # nothing is ever retracted: every change row is an insert (weight +1)
                 else:
                     value_columns = [c for c in rows.columns if c != WEIGHT]
                     net = rows.groupBy(*value_columns).agg(F.sum(WEIGHT).alias(WEIGHT)).where(F.col(WEIGHT) != 0)
+                if self.plan.kind == PlanKind.GROUPS:
+                    net = self._keep(net)  # read three times (upserts, retractions, gone keys): compute it once
                 observation = self._observation(work)
                 if self.plan.key is None:  # an append-only result: add the new rows
                     added = self._appended(net).observe(observation, F.count(F.lit(1)).alias("changed"))
@@ -196,7 +200,7 @@ class TableMaintainer:
 
     def _merged(self, net: DataFrame, old_sink: int, work: BarrierWork) -> tuple[int, tuple[int, int, int]]:
         """MERGE the changed rows (upserts and deletes by key) into a large table."""
-        if self.plan.aggregates:
+        if self.plan.aggregated:
             new = self._keep(self._group_values(net, old_sink, whole=False))
             rows = self._redo(new.where(F.col(ROWS) > 0), work).drop("_changed").withColumn(DELETE, F.lit(False))
             changes = rows.unionByName(self._deletes(new.where(F.col(ROWS) <= 0), self._key()))
@@ -220,7 +224,9 @@ class TableMaintainer:
 
     # -- change rows ----------------------------------------------------------------------------
 
-    def _change_rows(self, old: dict[str, int], new: dict[str, int]) -> DataFrame:
+    def _change_rows(self, old: dict[str, int], new: dict[str, int], old_sink: int) -> DataFrame:
+        if self.plan.kind == PlanKind.GROUPS:
+            return self._group_rows(old, new, old_sink)
         if not self.plan.join_columns:
             (source,) = self.plan.sources
             self._bind({source: self.changes(source, old[source], new[source])})
@@ -242,6 +248,20 @@ class TableMaintainer:
         self._bind({left: side(left, new[left], 1), right: side(right, new[right], 1)})
         after = self.spark.sql(self.plan.change_query)
         return before.unionByName(after)
+
+    def _group_rows(self, old: dict[str, int], new: dict[str, int], old_sink: int) -> DataFrame:
+        """The groups shape: the rows of the groups the source's changes touch, recomputed from
+        the source's rows of those groups (+1), and the table's old rows of those groups (-1)."""
+        (source,) = self.plan.sources
+        columns = list(self.plan.group_columns)
+        pairs = [(c, c) for c in columns]
+        touched = F.broadcast(self.changes(source, old[source], new[source]).select(*columns).distinct())
+        rows = self.snapshot(source, new[source])
+        self._bind({source: rows.join(touched, _same(rows, touched, pairs), "left_semi")})
+        fresh = self.spark.sql(self.plan.query)
+        table = read_version(self.spark, self.sink.path, old_sink)
+        before = table.join(touched, _same(table, touched, pairs), "left_semi").select(*fresh.columns)
+        return fresh.withColumn(WEIGHT, F.lit(1)).unionByName(before.withColumn(WEIGHT, F.lit(-1)))
 
     # -- applying them ---------------------------------------------------------------------------
 
@@ -285,7 +305,7 @@ class TableMaintainer:
     def _rewritten(self, net: DataFrame, old_sink: int, work: BarrierWork, observation: Observation) -> DataFrame:
         """The whole new table: the rows at ``old_sink`` with the changes applied. ``observation``
         counts the changed rows."""
-        if self.plan.aggregates:
+        if self.plan.aggregated:
             new = self._group_values(net, old_sink, whole=True)
             result = self._redo(new.where(F.col(ROWS) > 0), work)
         else:

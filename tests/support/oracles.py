@@ -69,9 +69,13 @@ QUERIES: dict[str, tuple[str, Callable[[dict[int, Row], dict[int, Row]], list[Ro
         "GROUP BY u.region",
         region_totals,
     ),
-    "mean_amount": (  # an expression over aggregates: full refresh
+    "mean_amount": (  # an expression over aggregates: its changed groups recomputed
         "SELECT uid, SUM(amount) / COUNT(*) AS mean FROM orders GROUP BY uid",
         lambda o, u: [(uid, sum(r[2] for r in rows) / len(rows)) for uid, rows in by_user(o).items()],
+    ),
+    "everything": (  # one row over the whole table: full refresh
+        "SELECT COUNT(*) AS n, SUM(amount) AS total FROM orders",
+        lambda o, u: [(len(o), sum(r[2] for r in o.values()) if o else None)],
     ),
 }
 

@@ -35,12 +35,60 @@ def test_incremental_shapes(query: str, kind: str, key: tuple | None) -> None:
 
 
 @pytest.mark.parametrize(
+    ("query", "key", "columns"),
+    [
+        ("SELECT id, SUM(x) FROM users GROUP BY id HAVING SUM(x) > 1", ("id",), ("id",)),
+        ("SELECT uid, SUM(t) / COUNT(*) AS m FROM orders GROUP BY uid", ("uid",), ("uid",)),
+        ("SELECT * FROM (SELECT region, name, ROW_NUMBER() OVER (PARTITION BY region ORDER BY name DESC) AS rn "
+         "FROM users) WHERE rn <= 3", ("region", "rn"), ("region",)),
+        ("WITH r AS (SELECT id, region, RANK() OVER (PARTITION BY region ORDER BY name) AS k FROM users) "
+         "SELECT r.id, region, k FROM r WHERE k = 1", ("id",), ("region",)),
+        ("SELECT region, COUNT(*) AS names FROM (SELECT DISTINCT region, name FROM users) GROUP BY region",
+         ("region",), ("region",)),
+        ("SELECT u.region, u.name FROM users u JOIN (SELECT region, MAX(name) AS top FROM users GROUP BY region) m "
+         "ON u.region = m.region AND u.name = m.top GROUP BY u.region, u.name", ("region", "name"), ("region",)),
+        ("SELECT window(ts, '1 minute', '10 seconds') AS w, region, COUNT(*) AS n FROM users "
+         "GROUP BY window(ts, '1 minute', '10 seconds'), region HAVING COUNT(*) > 2", ("w", "region"), ("region",)),
+    ],
+)
+def test_queries_maintained_by_group(query: str, key: tuple[str, ...], columns: tuple[str, ...]) -> None:
+    plan = plan_query(query, SHAPES)
+    assert (plan.kind, plan.key, plan.group_columns) == ("groups", key, columns)
+    assert plan.explain().startswith("incremental groups: the groups of users(") or "orders(" in plan.explain()
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["SELECT DISTINCT region, name FROM users WHERE id > 2",
+     "SELECT window(ts, '10 seconds') AS w, COUNT(*) AS n FROM users GROUP BY window(ts, '10 seconds')",
+     "SELECT date_trunc('HOUR', ts) AS h, region, MAX(id) AS m FROM users GROUP BY date_trunc('HOUR', ts), region"],
+)
+def test_distinct_and_time_windows_are_aggregates(query: str) -> None:
+    plan = plan_query(query, SHAPES)
+    assert plan.kind == "aggregate" and "GROUP BY" in plan.full_query
+
+
+@pytest.mark.parametrize(
     ("query", "reason"),
     [
         ("SELECT name FROM users", "key (id) is not selected"),
-        ("SELECT uid, SUM(t) / COUNT(*) AS m FROM orders GROUP BY uid", "an expression over aggregates"),
         ("SELECT COUNT(*) FROM users", "without GROUP BY"),
-        ("SELECT id, SUM(x) FROM users GROUP BY id HAVING SUM(x) > 1", "HAVING"),
+        ("SELECT region, COUNT(*) AS n FROM users GROUP BY region, name HAVING n > 1", "does not select name"),
+        ("SELECT id, COUNT(*) AS n FROM users WHERE id > (SELECT AVG(id) FROM users) GROUP BY id", "outside FROM"),
+        ("SELECT * FROM (SELECT id, rank() OVER (PARTITION BY region ORDER BY id) r FROM users) WHERE r < 3",
+         "does not select region"),
+        ("SELECT DISTINCT * FROM (SELECT region, name FROM users)", "share no column"),
+        ("SELECT region, COUNT(*) FROM (SELECT DISTINCT name, region FROM users) GROUP BY region, name "
+         "HAVING COUNT(*) > 1", "does not select name"),
+        ("SELECT name, n FROM (SELECT name, COUNT(*) n FROM users GROUP BY name) JOIN "
+         "(SELECT region FROM users GROUP BY region) ON n = 1", "share no column"),
+        ("SELECT a.region, a.n FROM (SELECT region, COUNT(*) n FROM users GROUP BY region) a JOIN "
+         "(SELECT region, MAX(id) m FROM users GROUP BY region) b ON a.n = b.m", "does not match region"),
+        ("SELECT h, COUNT(*) n FROM (SELECT date_trunc('HOUR', ts) AS h FROM users) GROUP BY h HAVING n > 1",
+         "share no column"),
+        ("SELECT id, COUNT(*) OVER w FROM users WINDOW w AS (PARTITION BY id)", "named WINDOW"),
+        ("SELECT region, MAX(id) FROM users u JOIN orders o ON u.id = o.uid GROUP BY region HAVING MAX(id) > 1",
+         "more than one table"),
         ("SELECT id FROM users ORDER BY id", "ORDER BY / LIMIT"),
         ("SELECT id FROM users UNION SELECT oid FROM orders", "UNION"),
         ("SELECT a.id FROM users a JOIN users b ON a.id = b.id", "self-joins"),
