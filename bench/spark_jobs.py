@@ -31,13 +31,17 @@ if TYPE_CHECKING:
     from spark_jobs.runtime.ivm import TableMaintainer
 
 INGEST_DDL = "id BIGINT, v BIGINT, name STRING"
-# ivm's queries over src(k, g, v): 100 rows per group g, v = k % 1000
+# ivm's queries over src(k, g, v) (100 rows per group g, v = k % 1000), dim_g(g, label) (100
+# labels) and dim_v(v, name)
 IVM_QUERIES = {
     "aggregate": "SELECT g, SUM(v) AS total, COUNT(*) AS n, AVG(v) AS mean FROM src GROUP BY g",
     "having": "SELECT g, COUNT(*) AS n, SUM(v) AS total FROM src GROUP BY g HAVING SUM(v) > 50000",
     "top3": "SELECT * FROM (SELECT g, k, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v DESC, k) AS rn FROM src) "
             "WHERE rn <= 3",
     "distinct": "SELECT DISTINCT g, v FROM src",
+    "star": "SELECT s.k, d.label, e.name FROM src s JOIN dim_g d ON s.g = d.g JOIN dim_v e ON s.v = e.v",
+    "star_aggregate": "SELECT d.label, COUNT(*) AS n, SUM(s.v) AS total FROM src s JOIN dim_g d ON s.g = d.g "
+                      "JOIN dim_v e ON s.v = e.v GROUP BY d.label",
 }
 
 
@@ -156,7 +160,7 @@ def bench_ingest(records: int, batches: int, repeat: int) -> None:
         spark.stop()
 
 
-def bench_ivm(rows: int, changed: float, rounds: int, which: str) -> None:
+def bench_ivm(rows: int, changed: float, rounds: int, which: str, rewrite_limit_mb: int | None) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -164,10 +168,11 @@ def bench_ivm(rows: int, changed: float, rounds: int, which: str) -> None:
     from spark_jobs.planning.pipeline import DerivedTable
     from spark_jobs.planning.plans import Plan, PlanKind, TableShape, plan_query
     from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
-    from spark_jobs.runtime.ivm import TableMaintainer
+    from spark_jobs.runtime.ivm import REWRITE_LIMIT_BYTES, TableMaintainer
     from spark_jobs.runtime.session import build_session
 
     query = IVM_QUERIES[which]
+    rewrite_limit = REWRITE_LIMIT_BYTES if rewrite_limit_mb is None else rewrite_limit_mb << 20
     with local_stack() as settings:
         spark = build_session("bench-ivm", settings=settings, conf={"spark.driver.memory": "6g"})
         groups = rows // 100
@@ -177,30 +182,40 @@ def bench_ivm(rows: int, changed: float, rounds: int, which: str) -> None:
             F.col("id").alias("k"), (F.col("id") % groups).alias("g"), (F.col("id") % 1000).alias("v"))
             .write.format("delta").mode("append").save(source.path))
         print(f"source: {rows:,} rows, {groups:,} groups, written in {time.perf_counter() - t0:.1f}s")
+        versions = {"src": version}
+        for name, ddl, frame in (("dim_g", "g BIGINT, label BIGINT", spark.range(groups).select(
+                                      F.col("id").alias("g"), (F.col("id") % 100).alias("label"))),
+                                 ("dim_v", "v BIGINT, name STRING", spark.range(1000).select(
+                                      F.col("id").alias("v"), F.concat(F.lit("v"), F.col("id")).alias("name")))):
+            if name in query:
+                dim = DeltaSink(spark, settings.table_location(name), f"ingest_{name}", ddl)
+                versions[name] = dim.commit(1, 0, lambda d=dim, f=frame: f.write.format("delta").mode("append").save(d.path))
         publisher = CompletionPublisher(settings)
-        incremental_plan = plan_query(query, {"src": TableShape(("k",), False)})
-        full_plan = Plan(PlanKind.FULL_REFRESH, "the baseline", query, sources=("src",))
+        keys = {"src": ("k",), "dim_g": ("g",), "dim_v": ("v",)}
+        incremental_plan = plan_query(query, {t: TableShape(keys[t], False) for t in versions})
+        full_plan = Plan(PlanKind.FULL_REFRESH, "the baseline", query, sources=tuple(sorted(versions)))
         print(f"{which}: {incremental_plan.explain()}")
         assert incremental_plan.incremental
         jobs = {
-            "incremental": TableMaintainer(spark, DerivedTable("agg_inc", query, ("src",)), incremental_plan,
-                                           "maintain_inc", settings.table_location, publisher),
-            "full refresh": TableMaintainer(spark, DerivedTable("agg_full", query, ("src",)), full_plan,
+            "incremental": TableMaintainer(spark, DerivedTable("agg_inc", query, full_plan.sources), incremental_plan,
+                                           "maintain_inc", settings.table_location, publisher,
+                                           rewrite_limit_bytes=rewrite_limit),
+            "full refresh": TableMaintainer(spark, DerivedTable("agg_full", query, full_plan.sources), full_plan,
                                             "maintain_full", settings.table_location, publisher),
         }
         for job in jobs.values():
-            job.process(BarrierWork(1, 0, 0, source_versions={"src": version}))
+            job.process(BarrierWork(1, 0, 0, source_versions=versions))
         times: dict[str, list[float]] = {name: [] for name in jobs}
         n_changed = int(rows * changed)
         for b in range(2, rounds + 2):
             updates = spark.range(n_changed).select(
                 ((F.col("id") * 7919 + b * 104729) % rows).alias("k")).distinct().select(
                 "k", (F.col("k") % groups).alias("g"), (F.lit(b) * 13 + F.col("k") % 17).alias("v"))
-            version = source.commit(b, 0, lambda u=updates: DeltaTable.forPath(spark, source.path).alias("t").merge(
-                u.alias("s"), "t.k = s.k").whenMatchedUpdateAll().execute())
+            versions["src"] = source.commit(b, 0, lambda u=updates: DeltaTable.forPath(spark, source.path).alias("t")
+                                            .merge(u.alias("s"), "t.k = s.k").whenMatchedUpdateAll().execute())
             for name, job in jobs.items():
                 t0 = time.perf_counter()
-                job.process(BarrierWork(b, 0, 0, source_versions={"src": version}))
+                job.process(BarrierWork(b, 0, 0, source_versions=versions))
                 times[name].append(time.perf_counter() - t0)
             print(f"barrier {b}: {n_changed:,} rows changed; " +
                   "  ".join(f"{name} {times[name][-1]:6.2f}s ({_phases(job)})" for name, job in jobs.items()))
@@ -230,12 +245,15 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000, help="ivm: source rows (default 10,000,000)")
     parser.add_argument("--changed", type=float, default=0.01, help="ivm: fraction changed per barrier (default 0.01)")
     parser.add_argument("--rounds", type=int, default=3, help="ivm: barriers measured (default 3)")
+    parser.add_argument("--rewrite-limit-mb", type=int, default=None,
+                        help="ivm: a result up to this size is rewritten whole, a larger one MERGEd (default: the "
+                             "jobs' 64; -1: always MERGE)")
     parser.add_argument("--query", choices=sorted(IVM_QUERIES), default="aggregate", help="ivm: the query (default aggregate)")
     args = parser.parse_args()
     if args.which == "ingest":
         bench_ingest(args.records, args.batches, args.repeat)
     else:
-        bench_ivm(args.rows, args.changed, args.rounds, args.query)
+        bench_ivm(args.rows, args.changed, args.rounds, args.query, args.rewrite_limit_mb)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ Shapes maintained incrementally, all correct under upstream updates and deletes:
   CTEs in FROM): the groups a barrier touches are recomputed (``spark_jobs.planning.groups``).
 * **join**: two-table INNER or LEFT equi-join, optionally followed by GROUP BY. The rows whose
   join key changed are recomputed from the other side's Delta snapshot (old and new versions),
-  so no state of either side is copied into the job.
+  so no state of either side is copied into the job. INNER joins of three or more tables (star
+  or chain) follow the delta rule: each changed table's changes joined with the others'
+  snapshots. A table joined on its whole key to another's columns adds no key column.
 
 Example::
 
@@ -128,7 +130,8 @@ class Plan:
     # (projection, join) or group expressions and aggregate arguments (aggregates), plus WEIGHT
     change_query: str = ""
     full_query: str = ""  # the query plus the bookkeeping columns of aggregates
-    join_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # source -> its equi-join columns
+    # two-table join: source -> its equi-join columns (more tables: empty, joined by the delta rule)
+    join_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # groups: the source's columns whose groups a barrier recomputes (selected unchanged)
     group_columns: tuple[str, ...] = ()
 
@@ -234,8 +237,35 @@ def _groups_plan(tree: exp.Select, shapes: Mapping[str, TableShape], sources: tu
                             f"are recomputed from their rows of {source} and replace their rows [{what}]")
 
 
-def _relations(tree: exp.Select) -> tuple[dict[str, str], tuple | None]:
-    """alias -> table for FROM and at most one JOIN, and the join's (left, right, columns, side)."""
+@dataclass(frozen=True)
+class _Joined:
+    """The tables of a join, FROM table first; for two, each one's equi-join columns (more are
+    joined by the delta rule, which needs none)."""
+
+    tables: tuple[str, ...]
+    columns: Mapping[str, tuple[str, ...]]
+    side: str  # INNER or LEFT
+
+
+def _inner_joins(first: exp.Table, joins: list[exp.Join], aliases: dict[str, str]) -> _Joined:
+    """Three or more tables: INNER joins of plain tables, each with a condition, no table twice."""
+    for join in joins:
+        if not isinstance(join.this, exp.Table):
+            raise Unsupported(f"joined relation {join.this.sql(dialect=SPARK)[:60]} is not a plain table")
+        side, kind = ((join.args.get(a) or "").upper() for a in ("side", "kind"))
+        if side or kind not in ("", "INNER"):
+            raise Unsupported(f"{' '.join(x for x in (side, kind) if x)} JOIN among more than two tables is not "
+                              "maintained incrementally (INNER joins are)")
+        if not join.args.get("on") and not join.args.get("using"):
+            raise Unsupported(f"JOIN {join.this.name} has no ON or USING (a cross join)")
+        if join.this.name in aliases.values():
+            raise Unsupported("self-joins are not maintained incrementally")
+        aliases[join.this.alias_or_name] = join.this.name
+    return _Joined((first.name, *(j.this.name for j in joins)), {}, "INNER")
+
+
+def _relations(tree: exp.Select) -> tuple[dict[str, str], _Joined | None]:
+    """alias -> table for FROM and its JOINs, and the join."""
     source = tree.args.get("from_")
     if source is None or not isinstance(source.this, exp.Table):
         raise Unsupported("the FROM clause is not a plain table")
@@ -244,7 +274,7 @@ def _relations(tree: exp.Select) -> tuple[dict[str, str], tuple | None]:
     if not join_list:
         return aliases, None
     if len(join_list) > 1:
-        raise Unsupported("joins of more than two tables are not maintained incrementally")
+        return aliases, _inner_joins(source.this, join_list, aliases)
     join = join_list[0]
     if not isinstance(join.this, exp.Table):
         raise Unsupported("the joined relation is not a plain table")
@@ -274,7 +304,7 @@ def _relations(tree: exp.Select) -> tuple[dict[str, str], tuple | None]:
                     raise Unsupported(f"join condition {conjunct.sql()}: qualify both columns with their table")
     if not columns[left.name]:
         raise Unsupported("the join has no equality between a column of each table")
-    return aliases, (left.name, right.name, {k: tuple(v) for k, v in columns.items()}, side or "INNER")
+    return aliases, _Joined((left.name, right.name), {k: tuple(v) for k, v in columns.items()}, side or "INNER")
 
 
 def _classify(items: list[exp.Expression], group: list[exp.Expression]) -> tuple[tuple[int, ...], tuple[Aggregate, ...]]:
@@ -376,29 +406,57 @@ def _single_plan(tree: exp.Select, items: list[exp.Expression], shape: TableShap
 
 
 def _join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, str],
-               shapes: Mapping[str, TableShape], join: tuple, grouped: bool) -> PlanParts:
-    left, right, columns, side = join
+               shapes: Mapping[str, TableShape], join: _Joined, grouped: bool) -> PlanParts:
     alias_of = {t: a for a, t in aliases.items()}
-    weight = f"{alias_of[left]}.{WEIGHT} * COALESCE({alias_of[right]}.{WEIGHT}, 1)"
-    how = (f"{side} equi-join on {left}({', '.join(columns[left])}) = {right}({', '.join(columns[right])}): rows whose "
-           "join key changed are recomputed from both sides' Delta snapshots before and after the barrier")
+    columns = join.columns
+    if columns:
+        left, right = join.tables
+        weight = f"{alias_of[left]}.{WEIGHT} * COALESCE({alias_of[right]}.{WEIGHT}, 1)"
+        how = (f"{join.side} equi-join on {left}({', '.join(columns[left])}) = {right}({', '.join(columns[right])}): "
+               "rows whose join key changed are recomputed from both sides' Delta snapshots before and after the barrier")
+    else:
+        weight = " * ".join(f"{alias_of[t]}.{WEIGHT}" for t in join.tables)
+        how = (f"INNER joins of {', '.join(join.tables)}: each changed table's changes are joined with the other "
+               "tables' Delta snapshots (the delta rule: those before it at the barrier, those after it before), "
+               "so no table is joined whole")
     if grouped:
         parts = _aggregate_parts(tree, items, weight)
         return PlanParts(parts, kind=PlanKind.JOIN_AGGREGATE, join_columns=columns,
                          reason=f"{how}, then their groups updated [{_names(parts['aggregates'])}]")
     if any(isinstance(i, exp.Star) for i in items):
         raise Unsupported("SELECT * over a join: name the columns")
-    key: tuple[int | str, ...] | None = ()
-    for table in (left, right):
-        shape = shapes.get(table, UNKNOWN)
-        found = None if shape.key is None else _selected(items, {alias_of[table], table}, shape.key)
-        key = None if found is None or key is None else key + found
-    both_grow = all(shapes.get(t, UNKNOWN).append_only for t in (left, right)) and side == "INNER"
-    if key is None and not both_grow:
-        raise Unsupported("the join's result has no key (select the key columns of both tables) and its inputs "
+    selected = {t: None if shapes.get(t, UNKNOWN).key is None else
+                _selected(items, {alias_of[t], t}, shapes.get(t, UNKNOWN).key or ()) for t in join.tables}
+    determined = {t for t, found in selected.items() if found is not None}
+    equal = _equated(tree, aliases)
+    grew = True
+    while grew:  # a table joined on its whole key to determined tables' columns has one row per their row
+        more = {t for t in join.tables if t not in determined and shapes.get(t, UNKNOWN).key
+                and all(any((t, k) in pair and (pair - {(t, k)}) and next(iter(pair - {(t, k)}))[0] in determined
+                            for pair in equal) for k in shapes.get(t, UNKNOWN).key or ())}
+        determined |= more
+        grew = bool(more)
+    key: tuple[int | str, ...] | None = None
+    if determined == set(join.tables):
+        key = tuple(p for t in join.tables for p in selected[t] or ())
+    all_grow = all(shapes.get(t, UNKNOWN).append_only for t in join.tables) and join.side == "INNER"
+    if key is None and not all_grow:
+        raise Unsupported("the join's result has no key (select the key columns of every table not joined on its "
+                          "whole key) and its inputs "
                           "may change rows, so changed rows could not be found in the result")
     return PlanParts(kind=PlanKind.JOIN, reason=how, key=key, append_only=key is None,
                      change_query=_with_weight(tree, items, weight), join_columns=columns)
+
+
+def _equated(tree: exp.Select, aliases: dict[str, str]) -> list[set[tuple[str, str]]]:
+    """The ``table.column = table.column`` conditions of the query's joins, as pairs of (table, column)."""
+    pairs = []
+    for join in tree.args.get("joins") or []:
+        on = join.args.get("on")
+        for c in on.flatten() if isinstance(on, exp.And) else [on] if on is not None else []:
+            if isinstance(c, exp.EQ) and all(isinstance(x, exp.Column) and x.table in aliases for x in (c.this, c.expression)):
+                pairs.append({(aliases[c.this.table], c.this.name), (aliases[c.expression.table], c.expression.name)})
+    return pairs
 
 
 def output_key(plan: Plan, names: list[str]) -> tuple[str, ...] | None:

@@ -6,8 +6,10 @@ rows with a weight** (+n inserted, -n retracted):
 
 * one source: the Delta change data feed between the versions, run through the query's
   FROM/WHERE/select list;
-* a join: only the rows whose join key changed, computed from both sides' snapshots at the
-  old versions (weight -1) and the new ones (+1); the rest of each side is never copied.
+* a join of two tables: only the rows whose join key changed, computed from both sides'
+  snapshots at the old versions (weight -1) and the new ones (+1); the rest of each side is
+  never copied;
+* INNER joins of more tables: the delta rule, one term per changed table (``_delta_rule``);
 * by group (``spark_jobs.planning.groups``): the query over the source rows of the groups the
   changes touch, at the new version (+1), and the table's old rows of those groups (-1).
 
@@ -227,6 +229,8 @@ class TableMaintainer:
     def _change_rows(self, old: dict[str, int], new: dict[str, int], old_sink: int) -> DataFrame:
         if self.plan.kind == PlanKind.GROUPS:
             return self._group_rows(old, new, old_sink)
+        if len(self.plan.sources) > 2:
+            return self._delta_rule(old, new)
         if not self.plan.join_columns:
             (source,) = self.plan.sources
             self._bind({source: self.changes(source, old[source], new[source])})
@@ -248,6 +252,22 @@ class TableMaintainer:
         self._bind({left: side(left, new[left], 1), right: side(right, new[right], 1)})
         after = self.spark.sql(self.plan.change_query)
         return before.unionByName(after)
+
+    def _delta_rule(self, old: dict[str, int], new: dict[str, int]) -> DataFrame:
+        """INNER joins of three or more tables: new(A⋈B⋈C) - old(A⋈B⋈C) is the sum over the changed
+        tables T of T's change rows (weight ±1) joined with the tables before T at their new
+        version and those after T at their old one. Each term reads one table's changes, which
+        are broadcast, so the other tables are scanned but never shuffled whole."""
+        terms: list[DataFrame] = []
+        for i, table in enumerate(self.plan.sources):
+            if old[table] == new[table]:
+                continue
+            frames = {t: self.snapshot(t, new[t] if j < i else old[t]).withColumn(WEIGHT, F.lit(1))
+                      for j, t in enumerate(self.plan.sources) if t != table}
+            frames[table] = F.broadcast(self.changes(table, old[table], new[table]))
+            self._bind(frames)
+            terms.append(self.spark.sql(self.plan.change_query))
+        return functools.reduce(DataFrame.unionByName, terms)
 
     def _group_rows(self, old: dict[str, int], new: dict[str, int], old_sink: int) -> DataFrame:
         """The groups shape: the rows of the groups the source's changes touch, recomputed from
@@ -315,7 +335,8 @@ class TableMaintainer:
             old = read_version(self.spark, self.sink.path, old_sink)
             kept = old.join(touched, _same(old, touched, [(k, k) for k in key]), "left_anti")
             result = kept.withColumn("_changed", F.lit(False)).unionByName(upserts.withColumn("_changed", F.lit(True)))
-        return result.observe(observation, F.sum(F.col("_changed").cast("long")).alias("changed")).drop("_changed")
+        changed = F.coalesce(F.sum(F.col("_changed").cast("long")), F.lit(0))  # (no rows at all: 0)
+        return result.observe(observation, changed.alias("changed")).drop("_changed")
 
     def _group_values(self, net: DataFrame, old_sink: int, whole: bool) -> DataFrame:
         """Aggregate values after the change: arithmetic on SUM/COUNT/AVG and on MIN/MAX that did

@@ -25,6 +25,9 @@ SHAPES = {
         ("SELECT o.oid, u.id FROM orders AS o INNER JOIN users AS u ON o.uid = u.id AND u.id > 0", "join", (0, 1)),
         ("SELECT u.name, SUM(o.total) s, MAX(o.total) m FROM orders o JOIN users u ON o.uid = u.id GROUP BY u.name",
          "join_aggregate", (0,)),
+        ("SELECT o.oid, u.name FROM orders o JOIN users u ON o.uid = u.id", "join", (0,)),  # one user per order
+        ("SELECT u.region, COUNT(*) AS n FROM shopping s JOIN users u ON s.user_id = u.id JOIN orders o "
+         "ON o.uid = u.id GROUP BY u.region", "join_aggregate", (0,)),
     ],
 )
 def test_incremental_shapes(query: str, kind: str, key: tuple | None) -> None:
@@ -98,7 +101,11 @@ def test_distinct_and_time_windows_are_aggregates(query: str) -> None:
         ("SELECT id, rank() OVER (ORDER BY id) FROM users", "window"),
         ("SELECT id FROM users WHERE id IN (SELECT uid FROM orders)", "subqueries"),
         ("SELECT region, SUM(id) FROM users GROUP BY region, name", "not in the select list"),
-        ("SELECT o.oid, u.name FROM orders o JOIN users u ON o.uid = u.id", "has no key"),
+        ("SELECT u.id, u.name FROM orders o JOIN users u ON o.uid = u.id", "has no key"),
+        ("SELECT o.oid FROM orders o JOIN users u ON o.uid = u.id LEFT JOIN shopping s ON s.user_id = u.id",
+         "LEFT JOIN among more than two tables"),
+        ("SELECT o.oid FROM orders o JOIN users u ON o.uid = u.id JOIN users v ON v.id = o.oid", "self-joins"),
+        ("SELECT o.oid FROM orders o JOIN users u ON o.uid = u.id CROSS JOIN shopping s", "CROSS JOIN"),
     ],
 )
 def test_other_queries_fall_back_to_full_refresh_with_a_reason(query: str, reason: str) -> None:

@@ -23,6 +23,7 @@ from coordinator.domain.work import BarrierWork
 from spark_jobs.planning.pipeline import parse_pipeline
 from spark_jobs.planning.plans import plan_query, shapes_of
 from spark_jobs.runtime.commits import DeltaSink
+from spark_jobs.runtime.delta_log import read_version
 from spark_jobs.runtime.ivm import REWRITE_LIMIT_BYTES, TableMaintainer
 from tests.support.oracles import ORDERS, QUERIES, USERS, Row, derived_sql, normalise
 
@@ -119,35 +120,30 @@ def test_every_operator_matches_python_under_inserts_updates_and_deletes(spark: 
     assert completions.seen[("per_user", 4)] == completions.seen[("per_user", 3)]  # no change, same version
 
 
-BIDS = "bid_id BIGINT, auction BIGINT, bidder BIGINT, price DOUBLE, ts TIMESTAMP"
-# query -> the plan kind it must get; each is checked against Spark over the same snapshot
-GROUPED = {
-    "top_bids": ("SELECT * FROM (SELECT auction, bid_id, price, ROW_NUMBER() OVER (PARTITION BY auction "
-                 "ORDER BY price DESC, bid_id) AS rn FROM bids) WHERE rn <= 3", "groups"),
-    "busy_auctions": ("SELECT auction, COUNT(*) AS n, SUM(price) AS total FROM bids GROUP BY auction "
-                      "HAVING COUNT(*) > 2", "groups"),
-    "dear_bidders": ("WITH dear AS (SELECT * FROM bids WHERE price > 5) SELECT auction, COUNT(DISTINCT bidder) "
-                     "AS bidders FROM dear GROUP BY auction", "groups"),
-    "sliding": ("SELECT window(ts, '20 seconds', '10 seconds') AS w, auction, COUNT(*) AS n FROM bids "
-                "GROUP BY window(ts, '20 seconds', '10 seconds'), auction HAVING COUNT(*) >= 2", "groups"),
-    "tumbling": ("SELECT window(ts, '10 seconds') AS w, auction, COUNT(*) AS n, MAX(price) AS top FROM bids "
-                 "GROUP BY window(ts, '10 seconds'), auction", "aggregate"),
-    "pairs": ("SELECT DISTINCT bidder, auction FROM bids WHERE price > 2", "aggregate"),
-}
+@dataclass(frozen=True)
+class Root:
+    """A keyed root table of an oracle test: its DDL (key first), how many keys, a random row."""
+
+    ddl: str
+    keys: int
+    row: Callable[[random.Random, int], Row]
+    changes: int = 30  # random upserts and deletes per barrier
 
 
-def test_grouped_shapes_equal_their_query_over_each_snapshot(spark: SparkSession, tmp_path: Path) -> None:
-    """Top-N, HAVING, DISTINCT, CTEs and time windows, under inserts, updates (rows moving
-    between groups, late timestamps) and deletes (groups emptied, then refilled), NULL groups:
-    after every barrier each table EXCEPT ALL its query over the same snapshot is empty, both ways."""
-    rng = random.Random(11)
-    warehouse = tmp_path / "wh"
-    bids = DeltaSink(spark, str(warehouse / "bids"), "ingest_bids", BIDS)
-    pipeline = parse_pipeline(f"CREATE TABLE bids ({BIDS}) WITH ('source'='kafka:b', 'primary_key'='bid_id');\n"
-                              + "\n".join(f"CREATE TABLE {n} AS {q};" for n, (q, _) in GROUPED.items()))
-    shapes = shapes_of([("bids", ("bid_id",))], [(t.name, t.query) for t in pipeline.derived])
+def maintained_equal_their_queries(spark: SparkSession, warehouse: Path, rng: random.Random, roots: dict[str, Root],
+                                   queries: dict[str, tuple[str, str]],
+                                   emptied: Callable[[int, str, Row], bool] = lambda b, t, r: False) -> None:
+    """Maintain ``queries`` (name -> SQL, the plan kind it must get) over randomly changed
+    ``roots`` for three barriers (the first computed whole, then rewritten, then MERGEd after a
+    restart); after each, every table EXCEPT ALL its query run by Spark over the same snapshots
+    is empty both ways. ``emptied(barrier, table, row)`` deletes rows besides the random ones."""
+    sinks = {n: DeltaSink(spark, str(warehouse / n), f"ingest_{n}", r.ddl) for n, r in roots.items()}
+    pipeline = parse_pipeline("\n".join(
+        [f"CREATE TABLE {n} ({r.ddl}) WITH ('source'='kafka:{n}', 'primary_key'='{r.ddl.split()[0]}');"
+         for n, r in roots.items()] + [f"CREATE TABLE {n} AS {q};" for n, (q, _) in queries.items()]))
+    shapes = shapes_of([(n, (r.ddl.split()[0],)) for n, r in roots.items()], [(t.name, t.query) for t in pipeline.derived])
     plans = {t.name: plan_query(t.query, shapes) for t in pipeline.derived}
-    assert {n: str(p.kind) for n, p in plans.items()} == {n: kind for n, (_, kind) in GROUPED.items()}
+    assert {n: str(p.kind) for n, p in plans.items()} == {n: kind for n, (_, kind) in queries.items()}
     completions = Completions()
 
     def maintainers() -> dict[str, TableMaintainer]:
@@ -156,44 +152,100 @@ def test_grouped_shapes_equal_their_query_over_each_snapshot(spark: SparkSession
                 for t in pipeline.derived}
 
     running = maintainers()
-    rows: dict[int, Row] = {}
-    version = 0
+    rows: dict[str, dict[int, Row]] = {n: {} for n in roots}
+    versions = dict.fromkeys(roots, 0)
+    filled: set[str] = set()
     for barrier in range(1, 4):
-        upserts: dict[int, Row] = {}
-        deletes: set[int] = set()
-        emptied = rng.choice([0, 1, 2]) if barrier == 2 else None  # an auction loses every bid, then gets new ones
-        for key in [k for k, r in rows.items() if r[1] == emptied]:
-            deletes.add(key)
-            rows.pop(key)
-        for _ in range(30):
-            key = rng.randrange(60)
-            if key in rows and rng.random() < 0.25:
-                deletes.add(key)
-                upserts.pop(key, None)
-                rows.pop(key)
-                continue
-            second = rng.randrange(60) if rng.random() < 0.8 else rng.randrange(60) - 40  # some arrive late
-            rows[key] = upserts[key] = (key, rng.choice([0, 1, 2, 3, None]), rng.randrange(8),
-                                        rng.randrange(20) / 2, datetime(2026, 1, 1, 0, 1, 0) + timedelta(seconds=second))
-            deletes.discard(key)
-        frame = spark.createDataFrame([(*r, False) for r in upserts.values()]
-                                      + [(k, None, None, None, None, True) for k in deletes], f"{BIDS}, gone BOOLEAN")
-        version = bids.commit(barrier, 1, lambda f=frame: (  # type: ignore[misc]
-            DeltaTable.forPath(spark, bids.path).alias("t").merge(f.alias("s"), "t.bid_id = s.bid_id")
-            .whenMatchedDelete("s.gone").whenMatchedUpdateAll().whenNotMatchedInsert(
-                "NOT s.gone", {c.split()[0]: f"s.{c.split()[0]}" for c in BIDS.split(", ")}).execute()))
+        for name, root in roots.items():
+            if barrier > 1 and rng.random() < 0.25:
+                continue  # this table does not change at this barrier
+            table, upserts = rows[name], {}
+            deletes = {k for k, r in table.items() if emptied(barrier, name, r)}
+            for _ in range(root.changes):
+                key = rng.randrange(root.keys)
+                if key in table and rng.random() < 0.25:
+                    deletes.add(key)
+                    upserts.pop(key, None)
+                else:
+                    table[key] = upserts[key] = root.row(rng, key)
+                    deletes.discard(key)
+            for key in deletes:
+                table.pop(key, None)
+            columns = [c.split()[0] for c in root.ddl.split(", ")]
+            frame = spark.createDataFrame([(*r, False) for r in upserts.values()]
+                                          + [(k, *[None] * (len(columns) - 1), True) for k in deletes],
+                                          f"{root.ddl}, gone BOOLEAN")
+            versions[name] = sinks[name].commit(barrier, 1, lambda f=frame, n=name, c=columns: (  # type: ignore[misc]
+                DeltaTable.forPath(spark, sinks[n].path).alias("t").merge(f.alias("s"), f"t.{c[0]} = s.{c[0]}")
+                .whenMatchedDelete("s.gone").whenMatchedUpdateAll()
+                .whenNotMatchedInsert("NOT s.gone", {x: f"s.{x}" for x in c}).execute()))
         if barrier == 3:
             running = maintainers()  # a restart: nothing kept in memory
         for name, maintainer in running.items():
             maintainer.rewrite_limit_bytes = -1 if barrier % 2 else REWRITE_LIMIT_BYTES  # rewrite, then MERGE
-            maintainer.process(BarrierWork(barrier, 1, 0, source_versions={"bids": version}))
+            maintainer.process(BarrierWork(barrier, 1, 0, source_versions={s: versions[s] for s in plans[name].sources}))
             got = spark.read.format("delta").option("versionAsOf", completions.seen[(name, barrier)]).load(
                 str(warehouse / name))
             got = got.select(*[c for c in got.columns if not c.startswith("__lockstep_")])
-            # (the maintainers bind `bids` to what they read in this session: bind the snapshot again)
-            spark.read.format("delta").option("versionAsOf", version).load(bids.path).createOrReplaceTempView("bids")
-            expected = spark.sql(GROUPED[name][0])
+            for source in plans[name].sources:  # (the maintainers bind the sources to what they read: bind again)
+                read_version(spark, sinks[source].path, versions[source]).createOrReplaceTempView(source)
+            expected = spark.sql(queries[name][0])
             assert not got.exceptAll(expected).unionAll(expected.exceptAll(got)).take(1), (name, barrier)
-    assert any(r[1] is None for r in rows.values())  # NULL groups took part
-    merges = DeltaTable.forPath(spark, str(warehouse / "top_bids")).history().collect()
-    assert {r["operation"] for r in merges} >= {"MERGE", "WRITE"}  # maintained both ways after the first
+            if got.take(1):
+                filled.add(name)
+    assert filled == set(queries)  # every table held rows at some barrier: the comparisons compared something
+
+
+BIDS = "bid_id BIGINT, auction BIGINT, bidder BIGINT, price DOUBLE, ts TIMESTAMP"
+
+
+def bid(rng: random.Random, key: int) -> Row:
+    """Auctions 0-3 or none; prices in halves (exact sums); some timestamps 40 s late."""
+    second = rng.randrange(60) if rng.random() < 0.8 else rng.randrange(60) - 40
+    return (key, rng.choice([0, 1, 2, 3, None]), rng.randrange(8), rng.randrange(20) / 2,
+            datetime(2026, 1, 1, 0, 1, 0) + timedelta(seconds=second))
+
+
+def test_grouped_shapes_equal_their_query_over_each_snapshot(spark: SparkSession, tmp_path: Path) -> None:
+    """Top-N, HAVING, DISTINCT, CTEs and time windows, under inserts, updates (rows moving
+    between groups, late timestamps) and deletes (a group emptied, then refilled), NULL groups."""
+    rng = random.Random(11)
+    gone = rng.choice([0, 1, 2])
+    maintained_equal_their_queries(spark, tmp_path / "wh", rng, {"bids": Root(BIDS, 60, bid)}, {
+        "top_bids": ("SELECT * FROM (SELECT auction, bid_id, price, ROW_NUMBER() OVER (PARTITION BY auction "
+                     "ORDER BY price DESC, bid_id) AS rn FROM bids) WHERE rn <= 3", "groups"),
+        "busy_auctions": ("SELECT auction, COUNT(*) AS n, SUM(price) AS total FROM bids GROUP BY auction "
+                          "HAVING COUNT(*) > 2", "groups"),
+        "dear_bidders": ("WITH dear AS (SELECT * FROM bids WHERE price > 5) SELECT auction, COUNT(DISTINCT bidder) "
+                         "AS bidders FROM dear GROUP BY auction", "groups"),
+        "sliding": ("SELECT window(ts, '20 seconds', '10 seconds') AS w, auction, COUNT(*) AS n FROM bids "
+                    "GROUP BY window(ts, '20 seconds', '10 seconds'), auction HAVING COUNT(*) >= 2", "groups"),
+        "tumbling": ("SELECT window(ts, '10 seconds') AS w, auction, COUNT(*) AS n, MAX(price) AS top FROM bids "
+                     "GROUP BY window(ts, '10 seconds'), auction", "aggregate"),
+        "pairs": ("SELECT DISTINCT bidder, auction FROM bids WHERE price > 2", "aggregate"),
+    }, emptied=lambda barrier, table, row: barrier == 2 and row[1] == gone)  # auction `gone` loses every bid
+    history = DeltaTable.forPath(spark, str(tmp_path / "wh" / "top_bids")).history().collect()
+    assert {r["operation"] for r in history} >= {"MERGE", "WRITE"}  # maintained both ways after the first
+
+
+def test_joins_of_three_and_four_tables_equal_their_query_over_each_snapshot(spark: SparkSession,
+                                                                             tmp_path: Path) -> None:
+    """A star (bids with their auction, bidder and category) and a chain (bids -> auctions ->
+    sellers) grouped, every table changing (join keys too, some NULL) barrier after barrier."""
+    maintained_equal_their_queries(spark, tmp_path / "wh", random.Random(5), {
+        "bids": Root(BIDS, 60, bid),
+        "auctions": Root("id BIGINT, seller BIGINT, category BIGINT", 5, lambda r, k: (
+            k, r.choice([0, 1, 2, 3, None]), r.choice([0, 1, 2, None])), changes=3),
+        "persons": Root("id BIGINT, city STRING", 8, lambda r, k: (k, r.choice(["Oslo", "Lima", None])), changes=4),
+        "categories": Root("id BIGINT, label STRING", 3, lambda r, k: (k, r.choice(["art", "cars"])), changes=2),
+    }, {
+        "star": ("SELECT b.bid_id, a.id AS auction_id, p.id AS bidder_id, c.id AS category_id, p.city, c.label, "
+                 "b.price FROM bids b JOIN auctions a ON b.auction = a.id JOIN persons p ON b.bidder = p.id "
+                 "JOIN categories c ON a.category = c.id", "join"),
+        "seller_cities": ("SELECT p.city, COUNT(*) AS n, SUM(b.price) AS total, MAX(b.price) AS top FROM bids b "
+                          "JOIN auctions a ON b.auction = a.id JOIN persons p ON a.seller = p.id GROUP BY p.city",
+                          "join_aggregate"),
+        "category_bidders": ("SELECT c.label, COUNT(DISTINCT b.bidder) AS bidders FROM bids b JOIN auctions a "
+                             "ON b.auction = a.id JOIN categories c ON a.category = c.id WHERE b.price > 1 "
+                             "GROUP BY c.label", "join_aggregate"),
+    })
