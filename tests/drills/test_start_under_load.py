@@ -1,4 +1,4 @@
-"""A new user's first `lockstep run`, five times in a row, on a busy machine: a producer keeps
+"""A new user's first `lockstep run`, three times in a row, on a busy machine: a producer keeps
 5,000 JSON records a second flowing while `lockstep run` starts a root table and two GROUP BY
 aggregates on a fresh topic prefix and warehouse. Every start must reach a read-committed read
 of both aggregates within 120 s, then of a newer barrier within 30 s, and stop on SIGTERM within 30 s,
@@ -18,7 +18,7 @@ from tests.support.starts import LoadFeed, start_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]
 
-STARTS = 5
+STARTS = 3
 RATE = 5000
 
 
