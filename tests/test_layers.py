@@ -16,21 +16,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # one typed Settings, read by every layer above the domain, and the fault points drills fire
 BASE = ("coordinator.settings", "coordinator.faults")
-DATA_PLANE_BASE = ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE)
+DATA_PLANE_BASE = ("coordinator.domain", "coordinator.codec", "coordinator.client", "coordinator.spark_sql", *BASE)
 # package -> the Lockstep modules it may import (besides itself); None: standard library only
 ALLOWED: dict[str, tuple[str, ...] | None] = {
     "coordinator.domain": None,
     "coordinator.settings": ("coordinator.domain",),
     "coordinator.faults": ("coordinator.settings",),
     "coordinator.codec": ("coordinator.domain",),
-    "coordinator.columns": (),  # column lineage from SQL (sqlglot): shared by the worker's page and the data plane
+    "coordinator.spark_sql": (),  # the SQL dialect (sqlglot's Spark, amended): every module that parses a query
+    # column lineage from SQL (sqlglot): shared by the worker's page and the data plane
+    "coordinator.columns": ("coordinator.spark_sql",),
     "coordinator.client": ("coordinator.domain", "coordinator.codec", *BASE),
     "coordinator.stream": ("coordinator.domain", "coordinator.codec", "coordinator.client", "coordinator.columns", *BASE),
     "coordinator.dev": ("coordinator.domain.errors", "coordinator.client", *BASE),
     "coordinator.replay": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),
     "spark_jobs": (),  # the package's docstring only
     # the data plane, by audience: planning <- runtime <- ops <- api <- demo
-    "spark_jobs.planning": ("coordinator.domain", "coordinator.columns"),
+    "spark_jobs.planning": ("coordinator.domain", "coordinator.columns", "coordinator.spark_sql"),
     "spark_jobs.runtime": (*DATA_PLANE_BASE, "spark_jobs.planning"),
     "spark_jobs.ops": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime"),
     "spark_jobs.api": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime", "spark_jobs.ops"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -12,6 +13,9 @@ from coordinator.domain.errors import ExitCode, LockstepError, Unreachable
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
 from lockstep.cli.common import delay_tables, stop_signals
+
+if TYPE_CHECKING:
+    from spark_jobs.demo.datagen import RecordMaker
 
 
 @click.command()
@@ -87,20 +91,52 @@ def datagen_shopping(settings: Settings, rate: int, seconds: float | None, users
     \b
     lockstep datagen shopping --rate 10000 --seconds 60
     """
+    from spark_jobs.demo.datagen import purchases
+
+    _generate(settings, [topic], partitions, rate, purchases(users, items), seed, seconds, "purchases")
+
+
+@datagen.command("nexmark")
+@click.option("--rate", default=1000, show_default=True, type=click.IntRange(1), help="Events per second.")
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), help="Stop after this long (default: until Ctrl-C).")
+@click.option("--prefix", default="nexmark", show_default=True,
+              help="Topics PREFIX_person, PREFIX_auction, PREFIX_bid (those pipelines/nexmark.sql reads).")
+@click.option("--partitions", default=2, show_default=True, type=click.IntRange(1), help="Partitions if a topic is new.")
+@click.option("--seed", default=7, show_default=True, type=int, help="Random seed (same seed, same events).")
+@click.pass_obj
+def datagen_nexmark(settings: Settings, rate: int, seconds: float | None, prefix: str, partitions: int, seed: int) -> None:
+    """Produce Nexmark's people, auctions and bids (1 : 3 : 46) at a steady rate, as JSON.
+
+    Bids name auctions and people made before them, auctions their seller; every event's
+    date_time is its produce time. Creates the topics if needed, reports progress every 5 s,
+    and on Ctrl-C or SIGTERM flushes and stops (exit codes as `datagen shopping`).
+
+    \b
+    lockstep datagen nexmark --rate 5000 --seconds 60
+    """
+    from spark_jobs.demo.nexmark import nexmark_events, topics
+
+    _generate(settings, list(topics(prefix).values()), partitions, rate, nexmark_events(prefix), seed, seconds, "events")
+
+
+def _generate(settings: Settings, names: list[str], partitions: int, rate: int, make: RecordMaker, seed: int,
+              seconds: float | None, what: str) -> None:
+    """Create the topics if needed, then produce ``make``'s records at ``rate`` until stopped."""
     from confluent_kafka import KafkaException
 
-    from spark_jobs.demo.datagen import RateGenerator, ensure_topic, purchases
+    from spark_jobs.demo.datagen import RateGenerator, ensure_topic
 
     with stop_signals() as stopping:
         try:
-            if ensure_topic(settings, topic, partitions):
-                click.echo(f"created topic {topic} ({partitions} partitions)")
-            generator = RateGenerator(settings, topic, rate, purchases(users, items), seed)
+            for topic in names:
+                if ensure_topic(settings, topic, partitions):
+                    click.echo(f"created topic {topic} ({partitions} partitions)")
+            generator = RateGenerator(settings, names[0], rate, make, seed)
         except KafkaException as exc:
             raise Unreachable(f"Kafka at {settings.bootstrap}: {exc}") from exc
-        click.echo(f"producing {rate:,} purchases/s to {topic} on {settings.bootstrap} (Ctrl-C stops)")
+        click.echo(f"producing {rate:,} {what}/s to {', '.join(names)} on {settings.bootstrap} (Ctrl-C stops)")
         sent = generator.run(stopping.event, seconds, progress=click.echo)
-        click.echo(f"sent {sent:,} purchases; {generator.failed} not delivered")
+        click.echo(f"sent {sent:,} {what}; {generator.failed} not delivered")
         if generator.failed:
-            raise LockstepError(f"{generator.failed} purchases were not delivered to {topic}")
+            raise LockstepError(f"{generator.failed} {what} were not delivered to {', '.join(names)}")
         stopping.check()  # flushed; 130 after Ctrl-C, 143 after SIGTERM, as everywhere

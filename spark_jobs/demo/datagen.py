@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -30,8 +31,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from coordinator.client.topics import create_topics
 from coordinator.settings import Settings
 
-# (random source, produce time in epoch ms) -> (record key, record)
-RecordMaker = Callable[[random.Random, int], tuple[str, dict[str, int | float]]]
+# (random source, produce time in epoch ms) -> (record key, record), or (record key, record,
+# topic) for a maker of several topics' records (spark_jobs.demo.nexmark)
+RecordMaker = Callable[[random.Random, int], tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str]]
 
 
 def unit_price(item_id: int) -> float:
@@ -70,7 +72,8 @@ def ensure_topic(settings: Settings, topic: str, partitions: int) -> bool:
 
 @dataclass
 class RateGenerator:
-    """Produces JSON records made by ``make`` to ``topic`` at ``rate`` records per second."""
+    """Produces JSON records made by ``make`` to ``topic`` (or the topic ``make`` names) at
+    ``rate`` records per second."""
 
     settings: Settings
     topic: str
@@ -94,11 +97,12 @@ class RateGenerator:
             self.failed += 1
 
     def _produce(self, ts: int) -> None:
-        key, record = self.make(self.rng, ts)
+        key, record, *where = self.make(self.rng, ts)
         value = json.dumps(record).encode()
         while True:
             try:
-                self.producer.produce(self.topic, value, key=key.encode(), on_delivery=self._delivered)
+                self.producer.produce(where[0] if where else self.topic, value, key=key.encode(),
+                                      on_delivery=self._delivered)
                 break
             except BufferError:  # the local queue is full: let deliveries drain
                 self.producer.poll(0.05)
@@ -121,7 +125,7 @@ class RateGenerator:
                 self._produce(ts)
             self.producer.poll(0)
             if progress is not None and now >= next_report:
-                progress(f"sent {self.sent:,} records to {self.topic} ({self.sent / elapsed:,.0f}/s, target {self.rate:,}/s)")
+                progress(f"sent {self.sent:,} records ({self.sent / elapsed:,.0f}/s, target {self.rate:,}/s)")
                 next_report += every
             time.sleep(0.005)
         left = self.producer.flush(30)

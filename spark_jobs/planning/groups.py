@@ -1,12 +1,14 @@
-"""Queries over one table whose result falls apart into groups of that table's rows: HAVING,
-Top-N per group (``ROW_NUMBER() OVER (PARTITION BY ...)``), DISTINCT, windowed and nested
-aggregates, subqueries and CTEs in FROM. Pure query analysis with sqlglot.
+"""Queries whose result falls apart into groups of their sources' rows: HAVING, Top-N per group
+(``ROW_NUMBER() OVER (PARTITION BY ...)``), DISTINCT, windowed and nested aggregates,
+subqueries and CTEs in FROM, over one table or over tables joined on the group columns (a
+table's rows with the top bid of each auction). Pure query analysis with sqlglot.
 
-If every GROUP BY, PARTITION BY and DISTINCT of the query includes the same source columns
-(the *group columns*, passed through unchanged to the result), then the result rows of a group
-depend on that group's source rows only. So a barrier recomputes just the groups its changes
-touch, from the source rows of those groups, and replaces their rows in the table
-(``spark_jobs.runtime.ivm``); the rest of the table is not read again.
+If every GROUP BY, PARTITION BY and DISTINCT of the query includes the same *group columns*
+(one source column, or source columns that its joins make equal: ``bids.auction = auctions.id``),
+every join matches rows of one group only, and the result selects the group columns unchanged,
+then the result rows of a group depend on that group's source rows only. So a barrier
+recomputes just the groups its changes touch, from the source rows of those groups, and
+replaces their rows in the table (``spark_jobs.runtime.ivm``).
 
 Example::
 
@@ -15,12 +17,13 @@ Example::
     >>> top3 = sqlglot.parse_one(
     ...     "SELECT * FROM (SELECT auction, bidder, price, ROW_NUMBER() OVER "
     ...     "(PARTITION BY auction ORDER BY price DESC) AS rn FROM bids) WHERE rn <= 3", read=SPARK)
-    >>> groups_of(top3, "bids", source_key=None)
-    Groups(columns=('auction',), key=('auction', 'rn'))
+    >>> groups_of(top3, ("bids",), keys={})
+    Groups(columns=('auction',), sources={'bids': ('auction',)}, key=('auction', 'rn'))
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -28,7 +31,7 @@ from sqlglot import exp
 from coordinator.domain.errors import LockstepError
 from coordinator.spark_sql import SPARK
 
-SOURCE = "source"  # a FROM item that is the source table itself
+Member = tuple[str, str]  # (source table, column)
 
 
 class NotGrouped(LockstepError):
@@ -37,38 +40,64 @@ class NotGrouped(LockstepError):
 
 @dataclass(frozen=True)
 class Groups:
-    """``columns``: source columns every group of the query includes, selected unchanged;
-    ``key``: result columns that identify a row."""
+    """``columns``: result columns that hold the group values; ``sources``: each source's columns
+    holding the same values, in the same order; ``key``: result columns that identify a row."""
 
     columns: tuple[str, ...]
+    sources: Mapping[str, tuple[str, ...]]
     key: tuple[str, ...]
 
 
-def groups_of(tree: exp.Select, source: str, source_key: tuple[str, ...] | None) -> Groups:
-    """The group columns and key of ``tree``, a query over the one table ``source``."""
-    scope = _Scope(source, {cte.alias: cte.this for cte in tree.find_all(exp.CTE)})
-    lists: list[list[str]] = []
-    for select in tree.find_all(exp.Select):
+def groups_of(tree: exp.Select, sources: tuple[str, ...], keys: Mapping[str, tuple[str, ...] | None]) -> Groups:
+    """The groups of ``tree``, a query over the tables ``sources`` (whose keys are ``keys``)."""
+    scope = _Scope({cte.alias: cte.this for cte in tree.find_all(exp.CTE)})
+    selects = list(tree.find_all(exp.Select))
+    for select in selects:
         scope.check_nesting(select)
-        lists += scope.partitions(select)
+    classes = _Classes()
+    for select in selects:
+        for left, right in scope.equalities(select):
+            classes.join(left, right)
+    lists = [[classes.of(m) for m in found] for select in selects for found in scope.partitions(select)]
     if not lists:
         raise NotGrouped("nothing in it groups the rows (no GROUP BY, PARTITION BY or DISTINCT)")
-    columns = [c for c in lists[0] if all(c in other for other in lists[1:])]
-    if not columns:
-        raise NotGrouped(f"its GROUP BY / PARTITION BY / DISTINCT lists share no column of {source} "
-                         f"({'; '.join(', '.join(x) or '-' for x in lists)})")
-    for select in tree.find_all(exp.Select):
-        scope.check_joins(select, columns)
-    missing = [c for c in columns if not scope.passes(tree, c)]
-    if missing:
-        raise NotGrouped(f"the result does not select {', '.join(missing)} as it is, so the rows of a group "
-                         "could not be found in the table")
-    return Groups(tuple(dict.fromkeys(columns)), _key(tree, scope, source_key, columns))
+    shared = [c for c in dict.fromkeys(lists[0]) if all(c in other for other in lists[1:])]
+    if not shared:
+        raise NotGrouped("its GROUP BY / PARTITION BY / DISTINCT lists share no source column")
+    for select in selects:  # keep the group columns every join matches on both sides
+        for join, equal in scope.joins(select, classes):
+            kept = [g for g in shared if g in equal]
+            if not kept:
+                raise NotGrouped(f"JOIN {join.this.sql(dialect=SPARK)[:60]} does not match "
+                                 f"{_names(classes.members(shared[0]))} on both sides, so it could join rows of "
+                                 "different groups")
+            shared = kept
+    columns: list[str] = []
+    for group in shared:
+        name = scope.find(tree, classes.members(group))
+        if name is None:
+            raise NotGrouped(f"the result does not select {_names(classes.members(group))} as it is, so the rows "
+                             "of a group could not be found in the table")
+        columns.append(name)
+    by_source: dict[str, tuple[str, ...]] = {}
+    for source in sources:
+        found = [next((c for t, c in sorted(classes.members(g)) if t == source), None) for g in shared]
+        if None in found:
+            raise NotGrouped(f"{source} has no column equal to {_names(classes.members(shared[found.index(None)]))}, "
+                             "so its rows are not in groups")
+        by_source[source] = tuple(c for c in found if c is not None)
+    return Groups(tuple(columns), by_source, _key(tree, scope, sources, keys, shared, classes, columns))
 
 
-def _key(tree: exp.Select, scope: _Scope, source_key: tuple[str, ...] | None, columns: list[str]) -> tuple[str, ...]:
+def _names(members: set[Member]) -> str:
+    return " = ".join(f"{t}.{c}" for t, c in sorted(members))
+
+
+def _key(tree: exp.Select, scope: _Scope, sources: tuple[str, ...], keys: Mapping[str, tuple[str, ...] | None],
+         shared: list[int], classes: _Classes, columns: list[str]) -> tuple[str, ...]:
     """Result columns that identify a row: the GROUP BY columns or the DISTINCT list of the
-    outermost SELECT, else (no joins) the source's key or a ROW_NUMBER with its partition."""
+    outermost SELECT, else (no join above it) a ROW_NUMBER with its PARTITION BY columns, or
+    (no join that repeats a row) the source's key."""
     items = tree.expressions
     if tree.args.get("group"):
         group = {g.sql(dialect=SPARK) for g in tree.args["group"].expressions}
@@ -78,91 +107,154 @@ def _key(tree: exp.Select, scope: _Scope, source_key: tuple[str, ...] | None, co
         return tuple(names)
     if tree.args.get("distinct"):  # (its items are named: a DISTINCT * would have held no group column)
         return tuple(i.alias_or_name for i in items)
-    if not any(s.args.get("joins") for s in tree.find_all(exp.Select)):
-        if source_key and all(scope.passes(tree, k) for k in source_key):
-            return source_key
-        for window in tree.find_all(exp.Window):
-            alias = window.parent
-            if isinstance(window.this, exp.RowNumber) and isinstance(alias, exp.Alias):
-                key = (*[c.name for c in window.args.get("partition_by") or []], alias.alias)
-                if set(key[:-1]) <= set(columns) and all(scope.exposes(tree, k) for k in key):
-                    return key
+    for window in tree.find_all(exp.Window):
+        alias, home = window.parent, window.find_ancestor(exp.Select)
+        if not isinstance(window.this, exp.RowNumber) or not isinstance(alias, exp.Alias) or home is None:
+            continue
+        above = [s for s in _enclosing(home) if s is not home]
+        partition = {classes.of(m) for p in window.args.get("partition_by") or [] if isinstance(p, exp.Column)
+                     for m in [scope.origin(home, p)] if m is not None}
+        if not any(s.args.get("joins") for s in above) and partition <= set(shared) and scope.exposes(tree, alias.alias):
+            return (*[columns[shared.index(g)] for g in shared if g in partition], alias.alias)
+    if len(sources) == 1 and not any(scope.multiplies(s, keys) for s in tree.find_all(exp.Select)):
+        key = keys.get(sources[0])
+        names = [scope.find(tree, {(sources[0], k)}) for k in key or ()]
+        if key and None not in names:
+            return tuple(n for n in names if n is not None)
     raise NotGrouped("the result has no key: select the GROUP BY columns, the source's key, or a "
                      "ROW_NUMBER() with its PARTITION BY columns")
 
 
+def _enclosing(select: exp.Expression) -> list[exp.Select]:
+    """``select`` and the SELECTs it is nested in."""
+    out: list[exp.Select] = []
+    node: exp.Expression | None = select
+    while node is not None:
+        if isinstance(node, exp.Select):
+            out.append(node)
+        node = node.parent
+    return out
+
+
+class _Classes:
+    """Source columns made equal by join conditions (union-find); a class is an int."""
+
+    def __init__(self) -> None:
+        self.parent: dict[Member, Member] = {}
+
+    def _root(self, m: Member) -> Member:
+        while self.parent.setdefault(m, m) != m:
+            m = self.parent[m]
+        return m
+
+    def join(self, a: Member, b: Member) -> None:
+        self.parent[self._root(a)] = self._root(b)
+
+    def of(self, m: Member) -> int:
+        return hash(self._root(m))
+
+    def members(self, group: int) -> set[Member]:
+        return {m for m in list(self.parent) if self.of(m) == group}
+
+
 @dataclass(frozen=True)
 class _Scope:
-    """Which FROM item a column comes from, through subqueries and CTEs, down to the source."""
+    """Which source column a column reference holds, through subqueries and CTEs."""
 
-    source: str
     ctes: dict[str, exp.Expression]
 
     def relations(self, select: exp.Select) -> dict[str, exp.Expression | str]:
-        """alias -> SOURCE or the query behind it, for FROM and every JOIN of ``select``."""
+        """alias -> a source table's name or the query behind it, for FROM and every JOIN."""
         items = [select.args["from_"].this] if select.args.get("from_") else []
         items += [j.this for j in select.args.get("joins") or []]
         out: dict[str, exp.Expression | str] = {}
         for item in items:
             if isinstance(item, exp.Table):
-                out[item.alias_or_name] = self.ctes.get(item.name, SOURCE)
+                out[item.alias_or_name] = self.ctes.get(item.name, item.name)
             elif isinstance(item, exp.Subquery):
                 out[item.alias_or_name] = item.this
             else:
                 raise NotGrouped(f"FROM {item.sql(dialect=SPARK)} is neither a table nor a subquery")
         return out
 
-    def holds(self, select: exp.Select, column: exp.Column) -> bool:
-        """Does ``column``, in ``select``, hold the source column of the same name, unchanged?"""
+    def origin(self, select: exp.Select, column: exp.Column) -> Member | None:
+        """The source column ``column`` (in ``select``) holds unchanged, None if it is computed."""
         name = column.name
         if not column.table and any(i.alias == name and not _plain(i.unalias(), name) for i in select.expressions):
-            return False  # an alias of a computed select item (GROUP BY h where h = date_trunc(...))
+            return None  # an alias of a computed select item (GROUP BY h where h = date_trunc(...))
         relations = self.relations(select)
         if column.table:
-            chosen = [relations[column.table]] if column.table in relations else []
+            chosen = relations.get(column.table)
         elif len(relations) == 1:
-            chosen = list(relations.values())
+            (chosen,) = relations.values()
         else:
             raise NotGrouped(f"column {name} in a join: qualify it with its table")
-        return any(body == SOURCE or self.passes(body, name) for body in chosen)
+        if chosen is None:
+            return None
+        return (chosen, name) if isinstance(chosen, str) else self.output(chosen, name)
 
-    def passes(self, body: exp.Expression | str, name: str) -> bool:
-        """Does the query ``body`` output the source column ``name`` unchanged, under that name?"""
-        if body == SOURCE:
-            return True
+    def output(self, body: exp.Expression, name: str) -> Member | None:
+        """The source column the query ``body`` outputs as ``name``, unchanged (None: computed)."""
         if not isinstance(body, exp.Select):
-            return False
+            return None
+        for item in body.expressions:
+            if not item.is_star and item.alias_or_name == name:
+                node = item.unalias()
+                return self.origin(body, node) if isinstance(node, exp.Column) else None
+        for item in body.expressions:
+            if item.is_star:
+                table = item.unalias().table if isinstance(item.unalias(), exp.Column) else ""
+                relations = {a: b for a, b in self.relations(body).items() if not table or a == table}
+                if len(relations) == 1:
+                    (relation,) = relations.values()
+                    return (relation, name) if isinstance(relation, str) else self.output(relation, name)
+        return None
+
+    def find(self, body: exp.Expression, members: set[Member]) -> str | None:
+        """The name under which ``body`` outputs one of ``members`` unchanged, if it does."""
+        if not isinstance(body, exp.Select):
+            return None
         for item in body.expressions:
             node = item.unalias()
-            if item.alias_or_name == name and _plain(node, name):
-                return self.holds(body, node)
+            if isinstance(node, exp.Column) and not node.is_star and self.origin(body, node) in members:
+                return item.alias_or_name
+        for item in body.expressions:
             if item.is_star:
-                relations = self.relations(body)
-                table = node.table if isinstance(node, exp.Column) else ""
-                if any(self.passes(b, name) for a, b in relations.items() if not table or a == table):
-                    return True
-        return False
+                table = item.unalias().table if isinstance(item.unalias(), exp.Column) else ""
+                for alias, relation in self.relations(body).items():
+                    if table and alias != table:
+                        continue
+                    if isinstance(relation, str):
+                        hit = next((c for t, c in sorted(members) if t == relation), None)
+                    else:
+                        hit = self.find(relation, members)
+                    if hit is not None:
+                        return hit
+        return None
 
     def exposes(self, body: exp.Expression | str, name: str) -> bool:
         """Does ``body`` output a column called ``name`` (whatever it computes)?"""
         if not isinstance(body, exp.Select):
-            return body == SOURCE
+            return isinstance(body, str)
         if any(i.alias_or_name == name and not i.is_star for i in body.expressions):
             return True
         return any(i.is_star and any(self.exposes(b, name) for b in self.relations(body).values())
                    for i in body.expressions)
 
-    def partitions(self, select: exp.Select) -> list[list[str]]:
+    def partitions(self, select: exp.Select) -> list[list[Member]]:
         """The source columns each GROUP BY, DISTINCT and window PARTITION BY of ``select`` holds."""
-        out: list[list[str]] = []
+        out: list[list[Member]] = []
+
+        def held(columns: list[exp.Expression]) -> list[Member]:
+            found = [self.origin(select, c) for c in columns if isinstance(c, exp.Column) and not c.is_star]
+            return [m for m in found if m is not None]
+
         if select.args.get("group"):
-            out.append([g.name for g in select.args["group"].expressions
-                        if isinstance(g, exp.Column) and self.holds(select, g)])
+            out.append(held(select.args["group"].expressions))
         elif any(not a.find_ancestor(exp.Window) for i in select.expressions for a in i.find_all(exp.AggFunc)):
             raise NotGrouped(f"{select.sql(dialect=SPARK)[:80]} aggregates all its rows into one (no GROUP BY)")
         if select.args.get("distinct"):
-            out.append([i.unalias().name for i in select.expressions
-                        if isinstance(i.unalias(), exp.Column) and self.holds(select, i.unalias())])
+            out.append(held([i.unalias() for i in select.expressions]))
         for window in select.find_all(exp.Window):
             if window.find_ancestor(exp.Select) is not select:
                 continue
@@ -170,8 +262,66 @@ class _Scope:
             if not partition:
                 raise NotGrouped(f"window function {window.sql(dialect=SPARK)} has no PARTITION BY: every row "
                                  "depends on all others")
-            out.append([p.name for p in partition if isinstance(p, exp.Column) and self.holds(select, p)])
+            out.append(held(partition))
         return out
+
+    def equalities(self, select: exp.Select) -> list[tuple[Member, Member]]:
+        """Pairs of source columns the joins of ``select`` make equal (``ON a.x = b.y``, USING)."""
+        pairs: list[tuple[Member, Member]] = []
+        relations = self.relations(select)
+        for join in select.args.get("joins") or []:
+            on = join.args.get("on")
+            for c in on.flatten() if isinstance(on, exp.And) else [on] if on is not None else []:
+                if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column):
+                    left, right = self.origin(select, c.this), self.origin(select, c.expression)
+                    if left is not None and right is not None:
+                        pairs.append((left, right))
+            for ident in join.args.get("using") or []:
+                sides = [self.origin(select, exp.column(ident.name, table=a)) for a in relations]
+                found = [m for m in sides if m is not None]
+                pairs += list(zip(found, found[1:], strict=False))
+        return pairs
+
+    def joins(self, select: exp.Select, classes: _Classes) -> list[tuple[exp.Join, set[int]]]:
+        """Each join of ``select`` with the group columns its condition equates on both sides."""
+        out: list[tuple[exp.Join, set[int]]] = []
+        relations = self.relations(select)
+        for join in select.args.get("joins") or []:
+            on = join.args.get("on")
+            equal: set[int] = set()
+            for c in on.flatten() if isinstance(on, exp.And) else [on] if on is not None else []:
+                if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column):
+                    left, right = self.origin(select, c.this), self.origin(select, c.expression)
+                    if left is not None and right is not None and classes.of(left) == classes.of(right):
+                        equal.add(classes.of(left))
+            for ident in join.args.get("using") or []:
+                sides = {classes.of(m) for a in relations for m in [self.origin(select, exp.column(ident.name, table=a))]
+                         if m is not None}
+                equal |= sides if len(sides) == 1 else set()
+            out.append((join, equal))
+        return out
+
+    def multiplies(self, select: exp.Select, keys: Mapping[str, tuple[str, ...] | None]) -> bool:
+        """Can a join of ``select`` match a row of its FROM relation more than once? Not when each
+        joined relation is unique on the columns its condition equates: a GROUP BY subquery on
+        its group columns, a source table on its key."""
+        for join in select.args.get("joins") or []:
+            alias, relation = join.this.alias_or_name, self.relations(select).get(join.this.alias_or_name)
+            on = join.args.get("on")
+            equated = {c.name for eq in (on.flatten() if isinstance(on, exp.And) else [on] if on is not None else [])
+                       if isinstance(eq, exp.EQ) for c in (eq.this, eq.expression)
+                       if isinstance(c, exp.Column) and c.table == alias}
+            if isinstance(relation, str):
+                unique = set(keys.get(relation) or ["\0"])
+            elif isinstance(relation, exp.Select) and relation.args.get("group"):
+                group = {g.sql(dialect=SPARK) for g in relation.args["group"].expressions}
+                unique = {i.alias_or_name for i in relation.expressions if i.unalias().sql(dialect=SPARK) in group}
+                unique = unique if len(unique) == len(group) else {"\0"}
+            else:
+                return True
+            if not unique <= equated:
+                return True
+        return False
 
     def check_nesting(self, select: exp.Select) -> None:
         """A subquery may stand in FROM, JOIN or WITH only (not in WHERE or the select list)."""
@@ -181,18 +331,6 @@ class _Scope:
         if isinstance(parent, exp.Subquery) and isinstance(parent.parent, exp.From | exp.Join):
             return
         raise NotGrouped(f"subquery {select.sql(dialect=SPARK)[:60]} stands outside FROM/JOIN/WITH")
-
-    def check_joins(self, select: exp.Select, columns: list[str]) -> None:
-        """A join must match rows of one group only: it equates every group column of both sides."""
-        for join in select.args.get("joins") or []:
-            on = join.args.get("on")
-            pairs = {(c.this.name, c.expression.name) for c in (on.flatten() if isinstance(on, exp.And) else [on])
-                     if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column)}
-            using = {i.name for i in join.args.get("using") or []}
-            missing = [c for c in columns if (c, c) not in pairs and c not in using]
-            if missing:
-                raise NotGrouped(f"JOIN {join.this.sql(dialect=SPARK)[:60]} does not match {', '.join(missing)} "
-                                 "on both sides, so it could join rows of different groups")
 
 
 def _plain(node: exp.Expression, name: str) -> bool:

@@ -108,6 +108,7 @@ class PlanParts(TypedDict, total=False):
     full_query: str
     join_columns: Mapping[str, tuple[str, ...]]
     group_columns: tuple[str, ...]
+    group_sources: Mapping[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,9 @@ class Plan:
     full_query: str = ""  # the query plus the bookkeeping columns of aggregates
     # two-table join: source -> its equi-join columns (more tables: empty, joined by the delta rule)
     join_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # groups: the source's columns whose groups a barrier recomputes (selected unchanged)
+    # groups: the result columns holding the group values, and each source's columns holding them
     group_columns: tuple[str, ...] = ()
+    group_sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def incremental(self) -> bool:
@@ -225,16 +227,14 @@ def _group_features(tree: exp.Select) -> list[str]:
 def _groups_plan(tree: exp.Select, shapes: Mapping[str, TableShape], sources: tuple[str, ...],
                  features: list[str]) -> PlanParts:
     what = ", ".join(features)
-    if len(sources) != 1:
-        raise Unsupported(f"{what} over more than one table ({', '.join(sources)}) are not maintained incrementally")
-    (source,) = sources
     try:
-        groups = groups_of(tree, source, shapes.get(source, UNKNOWN).key)
+        groups = groups_of(tree, sources, {s: shapes.get(s, UNKNOWN).key for s in sources})
     except NotGrouped as exc:
         raise Unsupported(f"{what}: {exc}") from exc
-    return PlanParts(kind=PlanKind.GROUPS, key=groups.key, group_columns=groups.columns,
-                     reason=f"the groups of {source}({', '.join(groups.columns)}) that a barrier's changes touch "
-                            f"are recomputed from their rows of {source} and replace their rows [{what}]")
+    of = ", ".join(f"{s}({', '.join(c)})" for s, c in groups.sources.items())
+    return PlanParts(kind=PlanKind.GROUPS, key=groups.key, group_columns=groups.columns, group_sources=groups.sources,
+                     reason=f"the groups ({', '.join(groups.columns)}) that a barrier's changes touch are recomputed "
+                            f"from their rows of {of} and replace their rows [{what}]")
 
 
 @dataclass(frozen=True)
@@ -323,6 +323,9 @@ def _classify(items: list[exp.Expression], group: list[exp.Expression]) -> tuple
         if node.sql(dialect=SPARK) in group_sql or (item.alias and item.alias in {g.name for g in group}):
             positions.append(position)
             continue
+        condition = None
+        if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):  # AGG(x) FILTER (WHERE c)
+            node, condition = node.this, node.expression.this
         agg = node if isinstance(node, exp.AggFunc) else None
         if agg is None or type(agg) not in AGGREGATES:
             what = "an expression over aggregates" if node.find(exp.AggFunc) else "not a GROUP BY column"
@@ -337,6 +340,9 @@ def _classify(items: list[exp.Expression], group: list[exp.Expression]) -> tuple
             if func != "count" or len(arg.expressions) != 1:
                 raise Unsupported(f"{item.sql()}: only COUNT(DISTINCT one_column) is maintained incrementally")
             func, arg = "count_distinct", arg.expressions[0]
+        if condition is not None:  # the aggregate of CASE WHEN c THEN x END: NULL where c does not hold
+            func = "count" if func == "count_star" else func
+            arg = exp.Case(ifs=[exp.If(this=condition.copy(), true=arg.copy() if arg is not None else exp.Literal.number(1))])
         aggregates.append(Aggregate(func, arg.sql(dialect=SPARK) if arg is not None else None, position))
     if len(positions) != len(group):
         raise Unsupported("each GROUP BY expression must appear exactly once in the select list")

@@ -270,17 +270,20 @@ class TableMaintainer:
         return functools.reduce(DataFrame.unionByName, terms)
 
     def _group_rows(self, old: dict[str, int], new: dict[str, int], old_sink: int) -> DataFrame:
-        """The groups shape: the rows of the groups the source's changes touch, recomputed from
-        the source's rows of those groups (+1), and the table's old rows of those groups (-1)."""
-        (source,) = self.plan.sources
-        columns = list(self.plan.group_columns)
-        pairs = [(c, c) for c in columns]
-        touched = F.broadcast(self.changes(source, old[source], new[source]).select(*columns).distinct())
-        rows = self.snapshot(source, new[source])
-        self._bind({source: rows.join(touched, _same(rows, touched, pairs), "left_semi")})
+        """The groups shape: the rows of the groups the sources' changes touch, recomputed from
+        the sources' rows of those groups (+1), and the table's old rows of those groups (-1)."""
+        names = list(self.plan.group_columns)
+        touched = F.broadcast(functools.reduce(DataFrame.unionByName, [
+            self.changes(t, old[t], new[t]).select(*[F.col(c).alias(n) for c, n in zip(columns, names, strict=True)])
+            for t, columns in self.plan.group_sources.items() if old[t] != new[t]]).distinct())
+        frames = {}
+        for table, columns in self.plan.group_sources.items():
+            rows = self.snapshot(table, new[table])
+            frames[table] = rows.join(touched, _same(rows, touched, list(zip(columns, names, strict=True))), "left_semi")
+        self._bind(frames)
         fresh = self.spark.sql(self.plan.query)
         table = read_version(self.spark, self.sink.path, old_sink)
-        before = table.join(touched, _same(table, touched, pairs), "left_semi").select(*fresh.columns)
+        before = table.join(touched, _same(table, touched, [(n, n) for n in names]), "left_semi").select(*fresh.columns)
         return fresh.withColumn(WEIGHT, F.lit(1)).unionByName(before.withColumn(WEIGHT, F.lit(-1)))
 
     # -- applying them ---------------------------------------------------------------------------
