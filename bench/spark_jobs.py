@@ -218,7 +218,7 @@ def bench_ivm(rows: int, changed: float, rounds: int, which: str, rewrite_limit_
                 job.process(BarrierWork(b, 0, 0, source_versions=versions))
                 times[name].append(time.perf_counter() - t0)
             print(f"barrier {b}: {n_changed:,} rows changed; " +
-                  "  ".join(f"{name} {times[name][-1]:6.2f}s ({_phases(job)})" for name, job in jobs.items()))
+                  "  ".join(f"{name} {times[name][-1]:6.2f}s ({phases(job)})" for name, job in jobs.items()))
         inc = spark.read.format("delta").load(settings.table_location("agg_inc"))
         columns = [c for c in inc.columns if c != "mean" and not c.startswith("__")]  # (AVG's last digits differ)
         inc = inc.select(*columns)
@@ -231,7 +231,7 @@ def bench_ivm(rows: int, changed: float, rounds: int, which: str, rewrite_limit_
         spark.stop()
 
 
-def _phases(job: TableMaintainer) -> str:
+def phases(job: TableMaintainer) -> str:
     """Where the job's last barrier went, e.g. ``plan 120 ms, write 2300 ms``."""
     return ", ".join(f"{p.name} {p.ms} ms" for p in job.watch.phases())
 

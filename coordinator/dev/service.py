@@ -10,6 +10,7 @@ with SIGTERM then SIGKILL, and recognise its own process after a restart of the 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -28,15 +29,31 @@ class ServiceError(NotStarted):
 def free_port(exclude: frozenset[int] = frozenset()) -> int:
     """A TCP port on 127.0.0.1 that nobody listens on right now and that is not in ``exclude``.
 
-    The OS may hand out a just-released port again, so a caller that needs two distinct
-    ports passes the first one in ``exclude``.
+    It is picked below the OS's range of ephemeral ports, the ones outgoing connections get:
+    a server started seconds later (a JVM) then finds it still free, which a port the OS
+    handed out for a moment (bind to port 0) is not, once a client's connection took it.
     """
-    while True:
+    low = _ephemeral_low()
+    picker = random.Random()
+    for _ in range(1000):
+        port = picker.randrange(max(1024, low - 10000), low)
+        if port in exclude:
+            continue
         with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = int(s.getsockname()[1])
-        if port not in exclude:
-            return port
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+        return port
+    raise NotStarted(f"no free TCP port on {HOST} between {max(1024, low - 10000)} and {low}")
+
+
+def _ephemeral_low() -> int:
+    """The first port of the OS's ephemeral range (Linux says it; 32768 elsewhere, as Linux's default)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def port_in_use(port: int) -> bool:

@@ -11,9 +11,13 @@ Shapes maintained incrementally, all correct under upstream updates and deletes:
   and ``date_trunc`` too; a one-level ``SELECT DISTINCT`` is a GROUP BY of its columns).
   Invertible aggregates add signed deltas; MIN/MAX recompute only groups that lost their
   extreme value; COUNT(DISTINCT) recomputes the changed groups.
-* **groups**: a query over one table whose every GROUP BY, PARTITION BY and DISTINCT includes
-  the same columns of it (HAVING, Top-N per group, expressions over aggregates, subqueries and
-  CTEs in FROM): the groups a barrier touches are recomputed (``spark_jobs.planning.groups``).
+* **groups**: a query whose every GROUP BY, PARTITION BY and DISTINCT includes the same source
+  columns, or columns its joins make equal (HAVING, Top-N per group, expressions over
+  aggregates, subqueries and CTEs in FROM): the groups a barrier touches are recomputed
+  (``spark_jobs.planning.groups``).
+* **union**: UNION ALL of projections and joins, each branch kept as its own shape.
+
+``AGG(x) FILTER (WHERE c)`` is kept as ``AGG(CASE WHEN c THEN x END)``.
 * **join**: two-table INNER or LEFT equi-join, optionally followed by GROUP BY. The rows whose
   join key changed are recomputed from the other side's Delta snapshot (old and new versions),
   so no state of either side is copied into the job. INNER joins of three or more tables (star
@@ -84,13 +88,14 @@ class Aggregate:
 
 
 class PlanKind(StrEnum):
-    """How a table is maintained: incrementally in one of five shapes, or recomputed."""
+    """How a table is maintained: incrementally in one of six shapes, or recomputed."""
 
     PROJECTION = "projection"
     AGGREGATE = "aggregate"
     JOIN = "join"
     JOIN_AGGREGATE = "join_aggregate"
     GROUPS = "groups"
+    UNION = "union"
     FULL_REFRESH = "full_refresh"
 
 
@@ -136,6 +141,7 @@ class Plan:
     # groups: the result columns holding the group values, and each source's columns holding them
     group_columns: tuple[str, ...] = ()
     group_sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    branches: tuple[Plan, ...] = ()  # union: each branch's plan
 
     @property
     def incremental(self) -> bool:
@@ -168,6 +174,8 @@ def plan_query(query: str, shapes: Mapping[str, TableShape]) -> Plan:
 
 
 def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple[str, ...]) -> Plan:
+    if isinstance(tree, exp.Union):
+        return _union_plan(tree, shapes, sources)
     if not isinstance(tree, exp.Select):
         raise Unsupported(f"it is a {type(tree).__name__.upper()}, not a single SELECT")
     if tree.args.get("windows"):
@@ -198,6 +206,46 @@ def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple
             except Unsupported:
                 raise exc from None
     return Plan(query=tree.sql(dialect=SPARK), sources=sources, **parts)
+
+
+def _union_plan(tree: exp.Union, shapes: Mapping[str, TableShape], sources: tuple[str, ...]) -> Plan:
+    """UNION ALL of projections and joins: each branch's change rows, together. Its rows are
+    identified by a constant that differs between branches plus each branch's key, at the same
+    select positions in every branch (or it only grows, when every branch does)."""
+    branches: list[exp.Expression] = []
+    pending: list[exp.Expression] = [tree]
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, exp.Union):
+            if node.args.get("distinct"):
+                raise Unsupported("UNION (without ALL) is not maintained incrementally; UNION ALL is")
+            pending[:0] = [node.this, node.expression]
+        else:
+            branches.append(node)
+    plans = []
+    for number, branch in enumerate(branches, 1):
+        try:
+            plans.append(_plan(branch, shapes, tables_read(branch)))
+        except Unsupported as exc:
+            raise Unsupported(f"UNION ALL branch {number}: {exc}") from exc
+    shapes_seen = {p.kind for p in plans}
+    if not shapes_seen <= {PlanKind.PROJECTION, PlanKind.JOIN}:
+        raise Unsupported(f"UNION ALL of {', '.join(sorted(shapes_seen))}: only projections and joins are combined")
+    key: tuple[int | str, ...] | None = None
+    if not all(p.append_only for p in plans):
+        keys = {p.key for p in plans}
+        width = min(len(b.selects) for b in branches)
+        tags = [i for i in range(width) if all(isinstance(b.selects[i].unalias(), exp.Literal) for b in branches)
+                and len({b.selects[i].unalias().sql(dialect=SPARK) for b in branches}) == len(branches)]
+        (branch_key,) = keys if len(keys) == 1 else (None,)
+        if not tags or not branch_key or not all(isinstance(k, int) for k in branch_key):
+            raise Unsupported("UNION ALL of tables that change rows needs a key: select a different constant in "
+                              "each branch (e.g. 'web' AS origin) and each branch's key columns at the same positions")
+        key = (tags[0], *branch_key)
+    return Plan(PlanKind.UNION, f"UNION ALL of {len(plans)} branches, each kept as its own shape: "
+                + "; ".join(p.explain().removeprefix("incremental ") for p in plans),
+                tree.sql(dialect=SPARK), sources=sources, key=key, append_only=key is None,
+                inserts_only=all(p.inserts_only for p in plans), branches=tuple(plans))
 
 
 def _distinct_as_group(tree: exp.Select) -> exp.Select:
@@ -478,7 +526,7 @@ def shapes_of(roots: list[tuple[str, tuple[str, ...]]], derived: list[tuple[str,
     shapes = {name: TableShape(key or None, not key) for name, key in roots}
     for name, query in derived:
         plan = plan_query(query, shapes)
-        names = [i.alias_or_name for i in sqlglot.parse_one(query, read=SPARK).expressions]
+        names = [i.alias_or_name for i in sqlglot.parse_one(query, read=SPARK).selects]
         key = output_key(plan, names)
         shapes[name] = TableShape(None if key is None or "" in key else key, plan.append_only)
     return shapes

@@ -53,11 +53,9 @@ def barrier_txn(spark: SparkSession, app_id: str, barrier: int, metadata: str,
 # to a barrier, so its interval is set out of the way.
 CHECKPOINT_EVERY = 10
 TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.checkpointInterval": "100000"}
-# A table created by its first write (a maintained table) gets these properties from the session
-# defaults, and deletion vectors too: a MERGE of a barrier's few changed rows then marks the old
-# rows deleted instead of rewriting every file they sit in (bench.spark_jobs ivm --query star).
+# A table created by its first write gets these properties from the session defaults.
 NEW_TABLE_DEFAULTS = {f"spark.databricks.delta.properties.defaults.{k.removeprefix('delta.')}": v
-                      for k, v in {**TABLE_PROPERTIES, "delta.enableDeletionVectors": "true"}.items()}
+                      for k, v in TABLE_PROPERTIES.items()}
 
 
 @dataclass

@@ -10,6 +10,7 @@ rows with a weight** (+n inserted, -n retracted):
   snapshots at the old versions (weight -1) and the new ones (+1); the rest of each side is
   never copied;
 * INNER joins of more tables: the delta rule, one term per changed table (``_delta_rule``);
+* UNION ALL of those: each branch's change rows;
 * by group (``spark_jobs.planning.groups``): the query over the source rows of the groups the
   changes touch, at the new version (+1), and the table's old rows of those groups (-1).
 
@@ -226,18 +227,23 @@ class TableMaintainer:
 
     # -- change rows ----------------------------------------------------------------------------
 
-    def _change_rows(self, old: dict[str, int], new: dict[str, int], old_sink: int) -> DataFrame:
-        if self.plan.kind == PlanKind.GROUPS:
+    def _change_rows(self, old: dict[str, int], new: dict[str, int], old_sink: int, plan: Plan | None = None) -> DataFrame:
+        plan = plan or self.plan
+        if plan.kind == PlanKind.UNION:  # each branch's change rows, by position, named as the first branch's
+            frames = [self._change_rows(old, new, old_sink, b) for b in plan.branches
+                      if any(old[s] != new[s] for s in b.sources)]
+            return functools.reduce(DataFrame.union, frames).toDF(*frames[0].columns)
+        if plan.kind == PlanKind.GROUPS:
             return self._group_rows(old, new, old_sink)
-        if len(self.plan.sources) > 2:
-            return self._delta_rule(old, new)
-        if not self.plan.join_columns:
-            (source,) = self.plan.sources
+        if len(plan.sources) > 2:
+            return self._delta_rule(old, new, plan)
+        if not plan.join_columns:
+            (source,) = plan.sources
             self._bind({source: self.changes(source, old[source], new[source])})
-            return self.spark.sql(self.plan.change_query)
-        left, right = self.plan.join_columns  # FROM table first
-        keys = [f"{HIDDEN}k{i}" for i in range(len(self.plan.join_columns[left]))]
-        pairs = {t: list(zip(self.plan.join_columns[t], keys, strict=True)) for t in (left, right)}
+            return self.spark.sql(plan.change_query)
+        left, right = plan.join_columns  # FROM table first
+        keys = [f"{HIDDEN}k{i}" for i in range(len(plan.join_columns[left]))]
+        pairs = {t: list(zip(plan.join_columns[t], keys, strict=True)) for t in (left, right)}
         touched = [self.changes(t, old[t], new[t]).select(*[F.col(c).alias(k) for c, k in pairs[t]])
                    for t in (left, right) if old[t] != new[t]]
         changed_keys = F.broadcast(functools.reduce(DataFrame.unionByName, touched).distinct())
@@ -248,25 +254,25 @@ class TableMaintainer:
             return near.withColumn(WEIGHT, F.lit(weight))
 
         self._bind({left: side(left, old[left], -1), right: side(right, old[right], 1)})
-        before = self.spark.sql(self.plan.change_query)
+        before = self.spark.sql(plan.change_query)
         self._bind({left: side(left, new[left], 1), right: side(right, new[right], 1)})
-        after = self.spark.sql(self.plan.change_query)
+        after = self.spark.sql(plan.change_query)
         return before.unionByName(after)
 
-    def _delta_rule(self, old: dict[str, int], new: dict[str, int]) -> DataFrame:
+    def _delta_rule(self, old: dict[str, int], new: dict[str, int], plan: Plan) -> DataFrame:
         """INNER joins of three or more tables: new(A⋈B⋈C) - old(A⋈B⋈C) is the sum over the changed
         tables T of T's change rows (weight ±1) joined with the tables before T at their new
         version and those after T at their old one. Each term reads one table's changes, which
         are broadcast, so the other tables are scanned but never shuffled whole."""
         terms: list[DataFrame] = []
-        for i, table in enumerate(self.plan.sources):
+        for i, table in enumerate(plan.sources):
             if old[table] == new[table]:
                 continue
             frames = {t: self.snapshot(t, new[t] if j < i else old[t]).withColumn(WEIGHT, F.lit(1))
-                      for j, t in enumerate(self.plan.sources) if t != table}
+                      for j, t in enumerate(plan.sources) if t != table}
             frames[table] = F.broadcast(self.changes(table, old[table], new[table]))
             self._bind(frames)
-            terms.append(self.spark.sql(self.plan.change_query))
+            terms.append(self.spark.sql(plan.change_query))
         return functools.reduce(DataFrame.unionByName, terms)
 
     def _group_rows(self, old: dict[str, int], new: dict[str, int], old_sink: int) -> DataFrame:

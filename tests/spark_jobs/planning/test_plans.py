@@ -105,7 +105,10 @@ def test_distinct_and_time_windows_are_aggregates(query: str) -> None:
         ("SELECT region, MAX(id) FROM users u JOIN orders o ON u.id = o.uid GROUP BY region HAVING MAX(id) > 1",
          "qualify it"),
         ("SELECT id FROM users ORDER BY id", "ORDER BY / LIMIT"),
-        ("SELECT id FROM users UNION SELECT oid FROM orders", "UNION"),
+        ("SELECT id FROM users UNION SELECT oid FROM orders", "UNION (without ALL)"),
+        ("SELECT id FROM users UNION ALL SELECT oid FROM orders", "needs a key: select a different constant"),
+        ("SELECT 1 AS t, id FROM users UNION ALL SELECT 2, uid FROM orders", "branch 2: orders key (oid) is not"),
+        ("SELECT region, COUNT(*) FROM users GROUP BY region UNION ALL SELECT 'x', oid FROM orders", "only projections"),
         ("SELECT a.id FROM users a JOIN users b ON a.id = b.id", "self-joins"),
         ("SELECT o.oid FROM orders o JOIN users u ON uid = id", "qualify both columns"),
         ("SELECT o.oid, u.id FROM orders o RIGHT JOIN users u ON o.uid = u.id", "RIGHT JOIN"),
@@ -137,6 +140,21 @@ def test_shapes_flow_down_the_pipeline() -> None:
     assert shapes["per_user"] == TableShape(("user_id",), False)
     assert shapes["big"] == TableShape(("user_id",), False)  # keyed by its source's key
     assert shapes["names"] == TableShape(None, False)  # full refresh: no key
+
+
+@pytest.mark.parametrize(
+    ("query", "key"),
+    [
+        ("SELECT 'o' AS origin, oid, total FROM orders UNION ALL SELECT 'u', id, 0 FROM users WHERE id > 1", (0, 1)),
+        ("SELECT user_id, amount FROM shopping UNION ALL SELECT user_id, amount FROM shopping WHERE amount > 9", None),
+        ("SELECT o.oid, u.name, 'x' AS tag FROM orders o JOIN users u ON o.uid = u.id "
+         "UNION ALL SELECT oid, note, 'y' FROM orders", (2, 0)),
+    ],
+)
+def test_union_all_of_projections_and_joins(query: str, key: tuple[int, ...] | None) -> None:
+    plan = plan_query(query, SHAPES)
+    assert (plan.kind, plan.key, plan.append_only) == ("union", key, key is None)
+    assert len(plan.branches) == 2 and plan.explain().startswith("incremental union: UNION ALL of 2 branches")
 
 
 def test_the_nexmark_pipeline_maintains_its_queries_incrementally_where_it_can() -> None:

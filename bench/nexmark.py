@@ -1,0 +1,146 @@
+"""Nexmark's queries (pipelines/nexmark.sql), each maintained barrier after barrier, against a
+full refresh of the same query in the same run, over Delta tables of people, auctions and bids
+made by Spark (no Kafka: this measures maintenance, not ingestion). Every barrier appends
+Nexmark's mix of new events (per 50: 1 person, 3 auctions, 46 bids; bids on recent auctions
+by recent people, log-uniform prices).
+
+Prints, per query, the median time per barrier of each path, the ratio, the events per second
+the incremental path keeps up with, and where its time went.
+
+Usage: python -m bench.nexmark [--events 1000000] [--per-barrier 50000] [--rounds 3] [--queries q3,q9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench.spark_jobs import local_stack, phases
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+PIPELINE = Path(__file__).parents[1] / "pipelines" / "nexmark.sql"
+FIRST_ID = 1000
+BASE_MS = 1_790_000_000_000  # event i happens at BASE_MS + i (a thousand events a second)
+
+
+def events(spark: SparkSession, start: int, count: int) -> dict[str, DataFrame]:
+    """Nexmark events ``start .. start + count`` (a multiple of 50) as rows of each table."""
+    from pyspark.sql import functions as F
+
+    def ids(per_50: int) -> DataFrame:  # the kind's ids made by these events, with their event's number
+        first = start // 50 * per_50
+        return spark.range(first, first + count // 50 * per_50).select(
+            (F.col("id") + FIRST_ID).alias("id"), (F.col("id") * 50 // per_50).alias("event"))
+
+    def recent(made: F.Column) -> F.Column:  # mostly among the newest 100, as in Nexmark's hot items
+        back = F.when(F.rand() < 0.9, F.floor(F.rand() * F.least(made, F.lit(100)))).otherwise(F.floor(F.rand() * made))
+        return (F.lit(FIRST_ID) + made - 1 - back).cast("long")
+
+    def at(event: F.Column) -> F.Column:
+        return F.timestamp_millis(F.lit(BASE_MS) + event)
+
+    person = ids(1).select("id", F.concat(F.lit("person"), "id").alias("name"), F.lit("").alias("email_address"),
+                           F.lit("").alias("credit_card"), F.element_at(F.array(*map(F.lit, ("Boise", "Bend", "Kent"))),
+                                                                        (F.col("id") % 3 + 1).cast("int")).alias("city"),
+                           F.element_at(F.array(*map(F.lit, ("OR", "ID", "CA", "WA"))),
+                                        (F.col("id") % 4 + 1).cast("int")).alias("state"),
+                           at(F.col("event")).alias("date_time"), F.lit("").alias("extra"))
+    auction = ids(3).select("id", F.concat(F.lit("item"), "id").alias("item_name"), F.lit("").alias("description"),
+                            F.lit(100).cast("long").alias("initial_bid"), F.lit(200).cast("long").alias("reserve"),
+                            at(F.col("event")).alias("date_time"),
+                            at(F.col("event") + 2000 + F.floor(F.rand() * 18000)).alias("expires"),
+                            recent(F.col("event") // 50 + 1).alias("seller"), (F.col("id") % 5 + 10).alias("category"),
+                            F.lit("").alias("extra"))
+    channel = F.floor(F.rand() * 6).cast("int")
+    bid = ids(46).select(recent((F.col("event") // 50 + 1) * 3).alias("auction"),
+                         recent(F.col("event") // 50 + 1).alias("bidder"),
+                         F.round(F.pow(F.lit(10.0), F.rand() * 6) * 100).cast("long").alias("price"),
+                         F.element_at(F.array(*map(F.lit, ("Apple", "Google", "Facebook", "Baidu", "channel-5",
+                                                            "channel-6"))), channel + 1).alias("channel"),
+                         F.concat(F.lit("https://www.nexmark.com/a/b/c/item.htm?query=1&channel_id="), channel).alias("url"),
+                         at(F.col("event")).alias("date_time"), F.lit("").alias("extra"))
+    return {"person": person, "auction": auction, "bid": bid}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=1_000_000, help="events before the first barrier (default 1,000,000)")
+    parser.add_argument("--per-barrier", type=int, default=50_000, help="new events per barrier (default 50,000)")
+    parser.add_argument("--rounds", type=int, default=3, help="barriers measured (default 3)")
+    parser.add_argument("--queries", default="q1,q3,q9,q16,q17,q18,q19,q4,q20",
+                        help="queries of pipelines/nexmark.sql to run (default: q1,q3,q9,q16,q17,q18,q19,q4,q20)")
+    args = parser.parse_args()
+    if args.events % 50 or args.per_barrier % 50 or args.per_barrier <= 0:
+        parser.error("--events and --per-barrier must be multiples of 50 (Nexmark's mix), --per-barrier above 0")
+    run(args.events, args.per_barrier, args.rounds, args.queries.split(","))
+
+
+def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
+    from coordinator.domain.work import BarrierWork
+    from spark_jobs.planning.pipeline import parse_pipeline
+    from spark_jobs.planning.plans import Plan, PlanKind, plan_for
+    from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
+    from spark_jobs.runtime.ivm import TableMaintainer
+    from spark_jobs.runtime.session import build_session
+
+    pipeline = parse_pipeline(PIPELINE.read_text())
+    tables = {t.name: t for t in pipeline.derived}
+    unknown = [n for n in names if n not in tables]
+    if unknown:
+        raise SystemExit(f"no such query in {PIPELINE.name}: {', '.join(unknown)} (it has {', '.join(tables)})")
+    with local_stack() as settings:
+        spark = build_session("bench-nexmark", settings=settings, conf={"spark.driver.memory": "6g"})
+        roots = {t.name: DeltaSink(spark, settings.table_location(t.name), f"ingest_{t.name}", t.schema_ddl)
+                 for t in pipeline.roots}
+        versions: dict[str, int] = {}
+
+        def append(barrier: int, start: int, count: int) -> None:
+            for name, frame in events(spark, start, count).items():
+                versions[name] = roots[name].commit(barrier, 0, lambda f=frame, n=name: f.write.format("delta")
+                                                    .mode("append").save(roots[n].path))
+
+        t0 = time.perf_counter()
+        append(1, 0, initial)
+        print(f"{initial:,} events written in {time.perf_counter() - t0:.1f}s; then {per_barrier:,} per barrier")
+        publisher = CompletionPublisher(settings)
+        jobs: dict[tuple[str, str], TableMaintainer] = {}
+        for name in names:
+            plan = plan_for(pipeline, tables[name])
+            print(f"{name}: {plan.explain()[:160]}")
+            full = Plan(PlanKind.FULL_REFRESH, "the baseline", plan.query, sources=plan.sources)
+            for how, chosen in (("incremental", plan), ("full refresh", full)):
+                if how == "incremental" and not plan.incremental:
+                    continue
+                table = tables[name]
+                target = f"{name}_{'inc' if how == 'incremental' else 'full'}"
+                jobs[(name, how)] = TableMaintainer(
+                    spark, type(table)(target, table.query, table.sources), chosen, f"maintain_{target}",
+                    settings.table_location, publisher)
+        for job in jobs.values():
+            job.process(BarrierWork(1, 0, 0, source_versions={s: versions[s] for s in job.plan.sources}))
+        times: dict[tuple[str, str], list[float]] = {k: [] for k in jobs}
+        for b in range(2, rounds + 2):
+            append(b, initial + (b - 2) * per_barrier, per_barrier)
+            for key, job in jobs.items():
+                t0 = time.perf_counter()
+                job.process(BarrierWork(b, 0, 0, source_versions={s: versions[s] for s in job.plan.sources}))
+                times[key].append(time.perf_counter() - t0)
+                print(f"barrier {b} {key[0]:>4} {key[1]:<12} {times[key][-1]:6.2f}s ({phases(job)})")
+        print(f"\n{'query':<6} {'incremental':>12} {'full refresh':>13} {'full/inc':>9} {'events/s kept up':>17}")
+        for name in names:
+            full = statistics.median(times[(name, "full refresh")])
+            if (name, "incremental") not in times:
+                print(f"{name:<6} {'-':>12} {full:12.2f}s {'-':>9} {per_barrier / full:17,.0f}  (full refresh only)")
+                continue
+            inc = statistics.median(times[(name, "incremental")])
+            print(f"{name:<6} {inc:11.2f}s {full:12.2f}s {full / inc:8.1f}x {per_barrier / inc:17,.0f}")
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
