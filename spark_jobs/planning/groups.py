@@ -271,7 +271,7 @@ class _Scope:
         relations = self.relations(select)
         for join in select.args.get("joins") or []:
             on = join.args.get("on")
-            for c in on.flatten() if isinstance(on, exp.And) else [on] if on is not None else []:
+            for c in conjuncts(on):
                 if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column):
                     left, right = self.origin(select, c.this), self.origin(select, c.expression)
                     if left is not None and right is not None:
@@ -289,7 +289,7 @@ class _Scope:
         for join in select.args.get("joins") or []:
             on = join.args.get("on")
             equal: set[int] = set()
-            for c in on.flatten() if isinstance(on, exp.And) else [on] if on is not None else []:
+            for c in conjuncts(on):
                 if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column):
                     left, right = self.origin(select, c.this), self.origin(select, c.expression)
                     if left is not None and right is not None and classes.of(left) == classes.of(right):
@@ -308,7 +308,7 @@ class _Scope:
         for join in select.args.get("joins") or []:
             alias, relation = join.this.alias_or_name, self.relations(select).get(join.this.alias_or_name)
             on = join.args.get("on")
-            equated = {c.name for eq in (on.flatten() if isinstance(on, exp.And) else [on] if on is not None else [])
+            equated = {c.name for eq in conjuncts(on)
                        if isinstance(eq, exp.EQ) for c in (eq.this, eq.expression)
                        if isinstance(c, exp.Column) and c.table == alias}
             if isinstance(relation, str):
@@ -331,6 +331,11 @@ class _Scope:
         if isinstance(parent, exp.Subquery) and isinstance(parent.parent, exp.From | exp.Join):
             return
         raise NotGrouped(f"subquery {select.sql(dialect=SPARK)[:60]} stands outside FROM/JOIN/WITH")
+
+
+def conjuncts(on: exp.Expression | None) -> list[exp.Expression]:
+    """The ANDed conditions of a join's ON (none without one)."""
+    return list(on.flatten()) if isinstance(on, exp.And) else [on] if on is not None else []
 
 
 def _plain(node: exp.Expression, name: str) -> bool:

@@ -47,7 +47,7 @@ from sqlglot import exp
 from coordinator.domain.errors import LockstepError
 from coordinator.domain.events import dead_letters
 from coordinator.spark_sql import SPARK
-from spark_jobs.planning.groups import NotGrouped, groups_of
+from spark_jobs.planning.groups import NotGrouped, conjuncts, groups_of
 from spark_jobs.planning.pipeline import DerivedTable, Job, Pipeline, RootTable, tables_read
 
 HIDDEN = "__lockstep_"  # prefix of bookkeeping columns kept in aggregate tables
@@ -342,7 +342,7 @@ def _relations(tree: exp.Select) -> tuple[dict[str, str], _Joined | None]:
             columns[right.name].append(ident.name)
     else:
         on = join.args.get("on")
-        for conjunct in on.flatten() if isinstance(on, exp.And) else [on] if on is not None else []:
+        for conjunct in conjuncts(on):
             if isinstance(conjunct, exp.EQ) and all(isinstance(s, exp.Column) for s in (conjunct.this, conjunct.expression)):
                 owners = [aliases.get(c.table) for c in (conjunct.this, conjunct.expression)]
                 if set(owners) == {left.name, right.name}:
@@ -507,7 +507,7 @@ def _equated(tree: exp.Select, aliases: dict[str, str]) -> list[set[tuple[str, s
     pairs = []
     for join in tree.args.get("joins") or []:
         on = join.args.get("on")
-        for c in on.flatten() if isinstance(on, exp.And) else [on] if on is not None else []:
+        for c in conjuncts(on):
             if isinstance(c, exp.EQ) and all(isinstance(x, exp.Column) and x.table in aliases for x in (c.this, c.expression)):
                 pairs.append({(aliases[c.this.table], c.this.name), (aliases[c.expression.table], c.expression.name)})
     return pairs
