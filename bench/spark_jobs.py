@@ -3,11 +3,14 @@
 * ``ingest``: root ingestion (JSON, primary-key MERGE) of the same Kafka records in the same
   batch sizes, Lockstep's RootIngestion vs. a plain Structured Streaming Kafka -> Delta MERGE
   job (foreachBatch: parse, last change per key, MERGE). Runs alternate; the best of each counts.
-* ``ivm``: one barrier of a query (``--query``: an aggregate, HAVING, Top-3 per group,
-  DISTINCT) over a 10,000,000-row table of which 1% changed, incremental maintenance vs. full
-  refresh of the same query.
+* ``ivm``: barriers of a query (``--query``: an aggregate, HAVING, Top-3 per group, DISTINCT,
+  star joins) over a source table of ``--rows`` rows (several sizes: one after the other, in
+  one run) of which a fixed number changed per barrier, incremental maintenance vs. full
+  refresh of the same query. ``--changes spread``: the changed rows are anywhere in the table
+  (every file holds every group); ``recent``: among its newest rows, as a stream's updates and
+  late rows mostly are, in a table written in key order (groups are runs of keys).
 
-Usage: python -m bench.spark_jobs {ingest,ivm} [--records N] [--rows N] [--query having]
+Usage: python -m bench.spark_jobs {ingest,ivm} [--records N] [--rows N [N ...]] [--query having]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from spark_jobs.runtime.ivm import TableMaintainer
 
 INGEST_DDL = "id BIGINT, v BIGINT, name STRING"
+FILE_ROWS = 250_000  # ivm: rows per source file (a stream's barriers write files of this order)
 # ivm's queries over src(k, g, v) (100 rows per group g, v = k % 1000), dim_g(g, label) (100
 # labels) and dim_v(v, name)
 IVM_QUERIES = {
@@ -160,7 +164,33 @@ def bench_ingest(records: int, batches: int, repeat: int) -> None:
         spark.stop()
 
 
-def bench_ivm(rows: int, changed: float, rounds: int, which: str, rewrite_limit_mb: int | None) -> None:
+def bench_ivm(sizes: list[int], changed: float, rounds: int, which: str, rewrite_limit_mb: int | None,
+              spread: bool) -> None:
+    from spark_jobs.runtime.session import build_session
+
+    medians: dict[int, dict[str, float]] = {}
+    with local_stack() as settings:
+        spark = build_session("bench-ivm", settings=settings, conf={"spark.driver.memory": "6g"})
+        for rows in sizes:
+            print(f"--- {rows:,} source rows")
+            medians[rows] = ivm_at(spark, settings, rows, int(rows * changed) if changed < 1 else int(changed),
+                                   rounds, which, rewrite_limit_mb, spread)
+        spark.stop()
+    print(f"{'source rows':>12} {'incremental':>12} {'full refresh':>13} {'full / incr':>12}")
+    for rows, m in medians.items():
+        ratio = m["full refresh"] / m["incremental"]
+        print(f"{rows:>12,} {m['incremental']:>11.2f}s {m['full refresh']:>12.2f}s {ratio:>11.1f}x")
+    if len(sizes) > 1:
+        first, last = medians[sizes[0]], medians[sizes[-1]]
+        print(f"incremental at {sizes[-1]:,} rows / at {sizes[0]:,}: {last['incremental'] / first['incremental']:.2f}x; "
+              f"full refresh: {last['full refresh'] / first['full refresh']:.2f}x")
+
+
+def ivm_at(spark: SparkSession, settings: Settings, rows: int, n_changed: int, rounds: int, which: str,
+           rewrite_limit_mb: int | None, spread: bool) -> dict[str, float]:
+    """One size: the source and its dimensions written, both jobs' first barrier and one more
+    to warm up, then ``rounds`` barriers of ``n_changed`` updated rows; the median seconds per
+    barrier of each."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -169,66 +199,79 @@ def bench_ivm(rows: int, changed: float, rounds: int, which: str, rewrite_limit_
     from spark_jobs.planning.plans import Plan, PlanKind, TableShape, plan_query
     from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
     from spark_jobs.runtime.ivm import REWRITE_LIMIT_BYTES, TableMaintainer
-    from spark_jobs.runtime.session import build_session
 
     query = IVM_QUERIES[which]
     rewrite_limit = REWRITE_LIMIT_BYTES if rewrite_limit_mb is None else rewrite_limit_mb << 20
-    with local_stack() as settings:
-        spark = build_session("bench-ivm", settings=settings, conf={"spark.driver.memory": "6g"})
-        groups = rows // 100
-        source = DeltaSink(spark, settings.table_location("src"), "ingest_src", "k BIGINT, g BIGINT, v BIGINT")
-        t0 = time.perf_counter()
-        version = source.commit(1, 0, lambda: spark.range(rows).select(
-            F.col("id").alias("k"), (F.col("id") % groups).alias("g"), (F.col("id") % 1000).alias("v"))
-            .write.format("delta").mode("append").save(source.path))
-        print(f"source: {rows:,} rows, {groups:,} groups, written in {time.perf_counter() - t0:.1f}s")
-        versions = {"src": version}
-        for name, ddl, frame in (("dim_g", "g BIGINT, label BIGINT", spark.range(groups).select(
-                                      F.col("id").alias("g"), (F.col("id") % 100).alias("label"))),
-                                 ("dim_v", "v BIGINT, name STRING", spark.range(1000).select(
-                                      F.col("id").alias("v"), F.concat(F.lit("v"), F.col("id")).alias("name")))):
-            if name in query:
-                dim = DeltaSink(spark, settings.table_location(name), f"ingest_{name}", ddl)
-                versions[name] = dim.commit(1, 0, lambda d=dim, f=frame: f.write.format("delta").mode("append").save(d.path))
-        publisher = CompletionPublisher(settings)
-        keys = {"src": ("k",), "dim_g": ("g",), "dim_v": ("v",)}
-        incremental_plan = plan_query(query, {t: TableShape(keys[t], False) for t in versions})
-        full_plan = Plan(PlanKind.FULL_REFRESH, "the baseline", query, sources=tuple(sorted(versions)))
-        print(f"{which}: {incremental_plan.explain()}")
-        assert incremental_plan.incremental
-        jobs = {
-            "incremental": TableMaintainer(spark, DerivedTable("agg_inc", query, full_plan.sources), incremental_plan,
-                                           "maintain_inc", settings.table_location, publisher,
-                                           rewrite_limit_bytes=rewrite_limit),
-            "full refresh": TableMaintainer(spark, DerivedTable("agg_full", query, full_plan.sources), full_plan,
-                                            "maintain_full", settings.table_location, publisher),
-        }
-        for job in jobs.values():
-            job.process(BarrierWork(1, 0, 0, source_versions=versions))
-        times: dict[str, list[float]] = {name: [] for name in jobs}
-        n_changed = int(rows * changed)
-        for b in range(2, rounds + 2):
-            updates = spark.range(n_changed).select(
-                ((F.col("id") * 7919 + b * 104729) % rows).alias("k")).distinct().select(
-                "k", (F.col("k") % groups).alias("g"), (F.lit(b) * 13 + F.col("k") % 17).alias("v"))
-            versions["src"] = source.commit(b, 0, lambda u=updates: DeltaTable.forPath(spark, source.path).alias("t")
-                                            .merge(u.alias("s"), "t.k = s.k").whenMatchedUpdateAll().execute())
-            for name, job in jobs.items():
-                t0 = time.perf_counter()
-                job.process(BarrierWork(b, 0, 0, source_versions=versions))
+    groups = rows // 100
+    group_of = (lambda k: k % groups) if spread else (lambda k: k / 100)  # noqa: E731
+    run = f"{rows}"
+    source = DeltaSink(spark, settings.table_location(f"src_{run}"), f"ingest_src_{run}", "k BIGINT, g BIGINT, v BIGINT")
+    t0 = time.perf_counter()
+    version = source.commit(1, 0, lambda: spark.range(rows).select(
+        F.col("id").alias("k"), group_of(F.col("id")).cast("bigint").alias("g"), (F.col("id") % 1000).alias("v"))
+        .write.format("delta").option("maxRecordsPerFile", FILE_ROWS).mode("append").save(source.path))
+    print(f"source: {rows:,} rows, {groups:,} groups, {-(-rows // FILE_ROWS)} files or more, "
+          f"written in {time.perf_counter() - t0:.1f}s")
+    locations = {"src": source.path}
+    versions = {"src": version}
+    for name, ddl, frame in (("dim_g", "g BIGINT, label BIGINT", spark.range(groups).select(
+                                  F.col("id").alias("g"), (F.col("id") % 100).alias("label"))),
+                             ("dim_v", "v BIGINT, name STRING", spark.range(1000).select(
+                                  F.col("id").alias("v"), F.concat(F.lit("v"), F.col("id")).alias("name")))):
+        if name in query:
+            dim = DeltaSink(spark, settings.table_location(f"{name}_{run}"), f"ingest_{name}_{run}", ddl)
+            versions[name] = dim.commit(1, 0, lambda d=dim, f=frame: f.write.format("delta").mode("append").save(d.path))
+            locations[name] = dim.path
+    locate = lambda table: locations.get(table) or settings.table_location(table)  # noqa: E731
+    publisher = CompletionPublisher(settings)
+    keys = {"src": ("k",), "dim_g": ("g",), "dim_v": ("v",)}
+    incremental_plan = plan_query(query, {t: TableShape(keys[t], False) for t in versions})
+    full_plan = Plan(PlanKind.FULL_REFRESH, "the baseline", query, sources=tuple(sorted(versions)))
+    print(f"{which}: {incremental_plan.explain()}")
+    assert incremental_plan.incremental
+    jobs = {
+        "incremental": TableMaintainer(spark, DerivedTable(f"inc_{run}", query, full_plan.sources), incremental_plan,
+                                       f"maintain_inc_{run}", locate, publisher, rewrite_limit_bytes=rewrite_limit),
+        "full refresh": TableMaintainer(spark, DerivedTable(f"full_{run}", query, full_plan.sources), full_plan,
+                                        f"maintain_full_{run}", locate, publisher),
+    }
+    for job in jobs.values():
+        job.process(BarrierWork(1, 0, 0, source_versions=versions))
+    times: dict[str, list[float]] = {name: [] for name in jobs}
+    window = rows if spread else min(rows, n_changed * 10)  # where the changed keys are: the newest rows
+    for b in range(2, rounds + 3):  # barrier 2 warms the JVM up for this size: not counted
+        updates = spark.range(n_changed).select(
+            (rows - 1 - (F.col("id") * 7919 + b * 104729) % window).alias("k")).distinct().select(
+            "k", group_of(F.col("k")).cast("bigint").alias("g"), (F.lit(b) * 13 + F.col("k") % 17).alias("v"))
+        versions["src"] = source.commit(b, 0, lambda u=updates: DeltaTable.forPath(spark, source.path).alias("t")
+                                        .merge(u.alias("s"), "t.k = s.k").whenMatchedUpdateAll().execute())
+        for name, job in jobs.items():
+            t0 = time.perf_counter()
+            job.process(BarrierWork(b, 0, 0, source_versions=versions))
+            if b > 2:
                 times[name].append(time.perf_counter() - t0)
+        if b > 2:
             print(f"barrier {b}: {n_changed:,} rows changed; " +
-                  "  ".join(f"{name} {times[name][-1]:6.2f}s ({phases(job)})" for name, job in jobs.items()))
-        inc = spark.read.format("delta").load(settings.table_location("agg_inc"))
-        columns = [c for c in inc.columns if c != "mean" and not c.startswith("__")]  # (AVG's last digits differ)
-        inc = inc.select(*columns)
-        full = spark.read.format("delta").load(settings.table_location("agg_full")).select(*columns)
-        same = inc.exceptAll(full).count() == 0 and full.exceptAll(inc).count() == 0
-        median = {name: statistics.median(ts) for name, ts in times.items()}
-        print(f"results identical: {same}")
-        print(f"median per barrier: incremental {median['incremental']:.2f}s, full refresh {median['full refresh']:.2f}s")
-        print(f"ratio full refresh / incremental: {median['full refresh'] / median['incremental']:.1f}x")
-        spark.stop()
+                  "  ".join(f"{name} {times[name][-1]:6.2f}s ({phases(job)}{way(job)})" for name, job in jobs.items()))
+    inc = spark.read.format("delta").load(jobs["incremental"].sink.path)
+    columns = [c for c in inc.columns if c != "mean" and not c.startswith("__")]  # (AVG's last digits differ)
+    inc = inc.select(*columns)
+    full = spark.read.format("delta").load(jobs["full refresh"].sink.path).select(*columns)
+    same = inc.exceptAll(full).count() == 0 and full.exceptAll(inc).count() == 0
+    for job in jobs.values():
+        job.close()
+    median = {name: statistics.median(ts) for name, ts in times.items()}
+    print(f"results identical: {same}")
+    print(f"median per barrier: incremental {median['incremental']:.2f}s, full refresh {median['full refresh']:.2f}s "
+          f"(spread {min(times['incremental']):.2f}-{max(times['incremental']):.2f}s, "
+          f"{min(times['full refresh']):.2f}-{max(times['full refresh']):.2f}s)")
+    print(f"ratio full refresh / incremental: {median['full refresh'] / median['incremental']:.1f}x")
+    return median
+
+
+def way(job: TableMaintainer) -> str:
+    """``; recomputed`` where the incremental job found recomputing cheaper (``costs``)."""
+    return "; recomputed" if job.plan.incremental and job.costs.since_probe else ""
 
 
 def phases(job: TableMaintainer) -> str:
@@ -242,18 +285,22 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=400_000, help="ingest: records (default 400,000)")
     parser.add_argument("--batches", type=int, default=8, help="ingest: barriers / micro-batches (default 8)")
     parser.add_argument("--repeat", type=int, default=2, help="ingest: alternating runs of each (default 2)")
-    parser.add_argument("--rows", type=int, default=10_000_000, help="ivm: source rows (default 10,000,000)")
-    parser.add_argument("--changed", type=float, default=0.01, help="ivm: fraction changed per barrier (default 0.01)")
+    parser.add_argument("--rows", type=int, nargs="+", default=[10_000_000],
+                        help="ivm: source rows, one or more sizes (default 10,000,000)")
+    parser.add_argument("--changed", type=float, default=0.01,
+                        help="ivm: rows changed per barrier, a fraction of the source (< 1) or a number (default 0.01)")
+    parser.add_argument("--changes", choices=["spread", "recent"], default="spread",
+                        help="ivm: where the changed rows are (default spread: anywhere)")
     parser.add_argument("--rounds", type=int, default=3, help="ivm: barriers measured (default 3)")
     parser.add_argument("--rewrite-limit-mb", type=int, default=None,
                         help="ivm: a result up to this size is rewritten whole, a larger one MERGEd (default: the "
-                             "jobs' 64; -1: always MERGE)")
+                             "jobs' 4; -1: always MERGE)")
     parser.add_argument("--query", choices=sorted(IVM_QUERIES), default="aggregate", help="ivm: the query (default aggregate)")
     args = parser.parse_args()
     if args.which == "ingest":
         bench_ingest(args.records, args.batches, args.repeat)
     else:
-        bench_ivm(args.rows, args.changed, args.rounds, args.query, args.rewrite_limit_mb)
+        bench_ivm(args.rows, args.changed, args.rounds, args.query, args.rewrite_limit_mb, args.changes == "spread")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,12 @@ class Stopping:
     def __init__(self) -> None:
         self.event = threading.Event()
         self.signal: int | None = None
+        self._handler: Any = None
+
+    def reclaim(self) -> None:
+        """Take Ctrl-C back after something replaced its handler: starting a SparkContext sets
+        one that cancels every Spark job at once, which would cut a barrier in progress off."""
+        signal.signal(signal.SIGINT, self._handler)
 
     def check(self) -> None:
         if self.signal is not None:
@@ -58,6 +64,7 @@ def stop_signals() -> Iterator[Stopping]:
         stopping.signal = signum
         stopping.event.set()
 
+    stopping._handler = asked
     previous = {s: signal.signal(s, asked) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield stopping

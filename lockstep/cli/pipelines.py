@@ -88,6 +88,7 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
             stopping.check()
             began, owned = time.monotonic(), not session_running()
             spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings, master=master, conf=confs)
+            stopping.reclaim()
             if owned:  # not a session this process had already (a test's, a notebook's)
                 cleanup.callback(spark.stop)
             click.echo(f"Spark session up in {time.monotonic() - began:.1f} s", err=True)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from coordinator.client.clock import now_ms
@@ -239,13 +240,16 @@ class DeltaSink:
 
 
 def merge_by_key(spark: SparkSession, path: str, rows: DataFrame, key: Sequence[str], columns: Sequence[str],
-                 delete_flag: str | None = None, null_safe: bool = False) -> None:
+                 delete_flag: str | None = None, null_safe: bool = False, target: Column | None = None) -> None:
     """Upsert ``rows`` into the Delta table at ``path`` by ``key``; rows whose boolean column
-    ``delete_flag`` is true delete their key instead. ``null_safe`` matches NULL keys too."""
+    ``delete_flag`` is true delete their key instead. ``null_safe`` matches NULL keys too.
+    ``target``, a condition on the table's rows (alias ``t``) true wherever ``rows`` may match,
+    lets Delta skip the files it rules out (``pruning.within``)."""
     equal = "<=>" if null_safe else "="
     values = {f"`{c}`": f"s.`{c}`" for c in columns}
+    condition = F.expr(" AND ".join(f"t.`{k}` {equal} s.`{k}`" for k in key))
     merge = DeltaTable.forPath(spark, path).alias("t").merge(
-        rows.alias("s"), " AND ".join(f"t.`{k}` {equal} s.`{k}`" for k in key))
+        rows.alias("s"), condition if target is None else condition & target)
     if delete_flag is None:
         merge = merge.whenMatchedUpdate(set=values).whenNotMatchedInsert(values=values)
     else:

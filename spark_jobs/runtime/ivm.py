@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameWriter, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -40,17 +42,34 @@ from coordinator.settings import CrashAt
 from spark_jobs.planning.pipeline import DerivedTable
 from spark_jobs.planning.plans import HIDDEN, ROWS, WEIGHT, Plan, PlanKind, output_key
 from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_key
+from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.delta_log import read_version, table_bytes
+from spark_jobs.runtime.pruning import KEYS_LIMIT, few_keys, within
 from spark_jobs.runtime.stopwatch import Stopwatch
 
+log = logging.getLogger(__name__)
+
 DELETE = f"{HIDDEN}delete"
-REWRITE_LIMIT_BYTES = 64 << 20
+REWRITE_LIMIT_BYTES = 4 << 20
+FILE_ROWS = 500_000  # rows per file of a whole write in key order (``_clustered``)
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
 def _same(left: DataFrame, right: DataFrame, pairs: list[tuple[str, str]]) -> Column:
     """Null-safe equality of column pairs: GROUP BY and join keys may be NULL."""
     return functools.reduce(lambda a, b: a & b, [left[x].eqNullSafe(right[y]) for x, y in pairs])
+
+
+def _few(keys: DataFrame) -> tuple[DataFrame, list[Row] | None]:
+    """The changed keys to join with, and their rows when few enough to filter reads with
+    (read once, then joined from the driver's copy); else broadcast as they are."""
+    found = few_keys(keys)
+    return (F.broadcast(keys), None) if found is None else (F.broadcast(found[0]), found[1])
+
+
+def _narrowed(frame: DataFrame, rows: list[Row] | None, pairs: list[tuple[str, str]]) -> DataFrame:
+    """``frame`` filtered to the value ranges of the changed keys ``rows`` (``pruning.within``)."""
+    return frame if rows is None else frame.where(within(rows, pairs))
 
 
 @dataclass
@@ -64,7 +83,9 @@ class TableMaintainer:
     locate: Callable[[str], str]  # table name -> its location (Settings.table_location)
     publisher: CompletionPublisher
     # A table up to this size is rewritten whole at each barrier (one Spark job); a larger one
-    # gets a MERGE of the changed rows (which reads and rewrites only the files they touch).
+    # gets a MERGE of the changed rows (which reads and rewrites only the files they touch). A
+    # rewrite grows with the table: a 10M-row join result took 11 s a barrier rewritten, 3.2 s
+    # MERGEd (docs/benchmarks.md).
     rewrite_limit_bytes: int = REWRITE_LIMIT_BYTES
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
     compact_every: int = 0  # LOCKSTEP_COMPACT_EVERY (0: never)
@@ -81,6 +102,7 @@ class TableMaintainer:
         self.query_id = hashlib.sha256(self.table.query.encode()).hexdigest()[:16]
         self._cached: list[DataFrame] = []
         self.watch = Stopwatch()  # the phases of the barrier in progress
+        self.costs = CostChoice()
 
     # -- reading sources ------------------------------------------------------------------------
 
@@ -125,13 +147,25 @@ class TableMaintainer:
             base = self._base(work)
             if base is not None and base[0] == sources:
                 version = base[1]  # no source changed: same version as the barrier before
-            elif base is None or not self.plan.incremental:
-                version, counts = self._recompute(work)
             else:
-                version, counts = self._apply(work, base)
+                version, counts = self._maintain(work, base)
         self.base = (work.generation, sources, version)
         self.publisher.publish(self.job_id, self.table.name, work.barrier, work.generation, version, started,
                                counts, source_versions=sources, phases=self.watch.phases())
+
+    def _maintain(self, work: BarrierWork, base: tuple[dict[str, int], int] | None) -> tuple[int, tuple[int, int, int]]:
+        """Apply the changes, or recompute: the first barrier, a plan that is not incremental, or a
+        large table whose changes cost more to apply than recomputing it did (``costs``)."""
+        whole = base is None or not self.plan.incremental
+        if not whole and self.costs.whole() and table_bytes(self.spark, self.sink.path) > REWRITE_LIMIT_BYTES:
+            whole = True
+            log.info("table %s: recomputing it (%.1f s last time) is cheaper than applying its changes (%.1f s)",
+                     self.table.name, self.costs.whole_s, self.costs.applied_s)
+        began = time.monotonic()
+        version, counts = self._recompute(work) if whole else self._apply(work, base)  # type: ignore[arg-type]
+        if self.plan.incremental:
+            self.costs.measured(whole, time.monotonic() - began)
+        return version, counts
 
     def _base(self, work: BarrierWork) -> tuple[dict[str, int], int] | None:
         """What the table reflects before ``work``: None (recompute) in a new generation (a
@@ -156,7 +190,7 @@ class TableMaintainer:
         path = self.sink.path
         version = self.sink.commit(
             work.barrier, work.generation,
-            lambda: counted.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path),
+            lambda: self._clustered(counted).mode("overwrite").option("overwriteSchema", "true").save(path),
             work.source_versions, self.query_id, self.watch,
         )
         rows = int(observation.get["rows"]) if self.sink.written else 0
@@ -187,7 +221,7 @@ class TableMaintainer:
                     write = lambda: added.write.format("delta").mode("append").save(path)  # noqa: E731
                 elif table_bytes(self.spark, path) <= self.rewrite_limit_bytes:
                     whole = self._rewritten(net, old_sink, work, observation)
-                    write = lambda: whole.write.format("delta").mode("overwrite").save(path)  # noqa: E731
+                    write = lambda: self._clustered(whole).mode("overwrite").save(path)  # noqa: E731
                 else:
                     write = None
             if write is None:
@@ -210,15 +244,29 @@ class TableMaintainer:
         else:
             changes = self._by_key(net)
         changes = self._keep(changes)
+        key = self._key()
         with self.watch.phase("changes"):
             changed = changes.count()  # computes the change once; the MERGE reads it from the cache
+            # few changed keys: the MERGE opens only the files whose key ranges may hold them
+            target = within(changes.select(*key).collect(), [(f"t.`{k}`", k) for k in key]) \
+                if 0 < changed <= KEYS_LIMIT else None
         if not changed:
             return old_sink, (0, 0, 0)
         version = self.sink.commit(
             work.barrier, work.generation,
-            lambda: merge_by_key(self.spark, self.sink.path, changes, self._key(), self._columns(), DELETE, null_safe=True),
+            lambda: merge_by_key(self.spark, self.sink.path, changes, key, self._columns(), DELETE, null_safe=True,
+                                 target=target),
             work.source_versions, self.query_id, self.watch)
         return version, (changed, changed, 0)
+
+    def _clustered(self, frame: DataFrame) -> DataFrameWriter:
+        """A whole write of a table kept by key, in key order in files of at most ``FILE_ROWS``
+        rows: each file holds a narrow range of keys, so a later MERGE of a few keys rewrites
+        only the files whose ranges hold them (``pruning``) instead of every file."""
+        key = output_key(self.plan, [c for c in frame.columns if not c.startswith(HIDDEN)])
+        if not self.plan.incremental or not key or "" in key:
+            return frame.write.format("delta")
+        return frame.sortWithinPartitions(*key).write.format("delta").option("maxRecordsPerFile", FILE_ROWS)
 
     def _keep(self, frame: DataFrame) -> DataFrame:
         """Cache a frame used more than once in this barrier; released when the barrier is done."""
@@ -246,10 +294,10 @@ class TableMaintainer:
         pairs = {t: list(zip(plan.join_columns[t], keys, strict=True)) for t in (left, right)}
         touched = [self.changes(t, old[t], new[t]).select(*[F.col(c).alias(k) for c, k in pairs[t]])
                    for t in (left, right) if old[t] != new[t]]
-        changed_keys = F.broadcast(functools.reduce(DataFrame.unionByName, touched).distinct())
+        changed_keys, found = _few(functools.reduce(DataFrame.unionByName, touched).distinct())
 
         def side(table: str, version: int, weight: int) -> DataFrame:
-            frame = self.snapshot(table, version)
+            frame = _narrowed(self.snapshot(table, version), found, pairs[table])
             near = frame.join(changed_keys, _same(frame, changed_keys, pairs[table]), "left_semi")
             return near.withColumn(WEIGHT, F.lit(weight))
 
@@ -277,19 +325,23 @@ class TableMaintainer:
 
     def _group_rows(self, old: dict[str, int], new: dict[str, int], old_sink: int) -> DataFrame:
         """The groups shape: the rows of the groups the sources' changes touch, recomputed from
-        the sources' rows of those groups (+1), and the table's old rows of those groups (-1)."""
+        the sources' rows of those groups (+1), and the table's old rows of those groups (-1).
+        A few touched groups also filter every read (``pruning``): only files that may hold
+        them are opened."""
         names = list(self.plan.group_columns)
-        touched = F.broadcast(functools.reduce(DataFrame.unionByName, [
+        touched, found = _few(functools.reduce(DataFrame.unionByName, [
             self.changes(t, old[t], new[t]).select(*[F.col(c).alias(n) for c, n in zip(columns, names, strict=True)])
             for t, columns in self.plan.group_sources.items() if old[t] != new[t]]).distinct())
         frames = {}
         for table, columns in self.plan.group_sources.items():
-            rows = self.snapshot(table, new[table])
-            frames[table] = rows.join(touched, _same(rows, touched, list(zip(columns, names, strict=True))), "left_semi")
+            pairs = list(zip(columns, names, strict=True))
+            rows = _narrowed(self.snapshot(table, new[table]), found, pairs)
+            frames[table] = rows.join(touched, _same(rows, touched, pairs), "left_semi")
         self._bind(frames)
         fresh = self.spark.sql(self.plan.query)
-        table = read_version(self.spark, self.sink.path, old_sink)
-        before = table.join(touched, _same(table, touched, [(n, n) for n in names]), "left_semi").select(*fresh.columns)
+        pairs = [(n, n) for n in names]
+        table = _narrowed(read_version(self.spark, self.sink.path, old_sink), found, pairs)
+        before = table.join(touched, _same(table, touched, pairs), "left_semi").select(*fresh.columns)
         return fresh.withColumn(WEIGHT, F.lit(1)).unionByName(before.withColumn(WEIGHT, F.lit(-1)))
 
     # -- applying them ---------------------------------------------------------------------------

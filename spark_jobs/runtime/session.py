@@ -43,6 +43,9 @@ DEFAULT_CONF: dict[str, str] = {
     # on the driver. Adaptive execution splits each shuffle into a job of its own (a Delta
     # snapshot's state took 3 jobs instead of 1), and one partition holds a small table's log.
     "spark.sql.adaptive.enabled": "false",
+    # A version read from its checksum's file list (``delta_log.read_version``, up to 50 files) is
+    # listed on the driver: above 32 paths Spark listed them with a Spark job of its own (0.1-0.3 s).
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "64",
     "spark.databricks.delta.snapshotPartitions": "1",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
     # Which versions stay readable is Lockstep's vacuum's decision (leases, jobs, retained

@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from coordinator.domain.work import BarrierWork
 from spark_jobs.planning.pipeline import parse_pipeline
 from spark_jobs.planning.plans import plan_query, shapes_of
+from spark_jobs.runtime import ivm
 from spark_jobs.runtime.commits import DeltaSink
 from spark_jobs.runtime.delta_log import read_version
 from spark_jobs.runtime.ivm import REWRITE_LIMIT_BYTES, TableMaintainer
@@ -293,3 +295,34 @@ def test_nexmark_queries_equal_their_query_over_each_snapshot(spark: SparkSessio
                         at(r), ""), changes=25, keyed=False),
     }, {name: (queries[name], kind) for name, kind in (
         ("q9", "groups"), ("q17", "aggregate"), ("q19", "groups"))})
+
+
+def test_a_table_kept_by_key_is_written_in_key_order_and_a_merge_of_new_keys_opens_only_their_files(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ivm, "FILE_ROWS", 1_000)
+    warehouse = tmp_path / "wh"
+    source = DeltaSink(spark, str(warehouse / "src"), "ingest_src", "k BIGINT, v BIGINT")
+    rows = spark.range(20_000).selectExpr("id AS k", "id % 7 AS v").orderBy(F.rand(3))  # written in no order
+    version = source.commit(1, 1, lambda: rows.write.format("delta").mode("append").save(source.path))
+    pipeline = parse_pipeline("CREATE TABLE src (k BIGINT, v BIGINT) WITH ('source'='kafka:s', 'primary_key'='k');\n"
+                              "CREATE TABLE doubled AS SELECT k, v * 2 AS w FROM src WHERE v >= 0;")
+    (table,) = pipeline.derived
+    plan = plan_query(table.query, shapes_of([("src", ("k",))], []))
+    completions = Completions()
+    maintainer = TableMaintainer(spark, table, plan, "maintain_doubled", lambda name: str(warehouse / name),
+                                 completions, rewrite_limit_bytes=-1)  # type: ignore[arg-type]
+    maintainer.process(BarrierWork(1, 1, 0, source_versions={"src": version}))
+    doubled = warehouse / "doubled"
+    adds = spark.read.json(str(doubled / "_delta_log" / "00000000000000000000.json")).where("add IS NOT NULL")
+    tops = adds.select("add.path", F.get_json_object("add.stats", "$.maxValues.k").cast("long").alias("top")).collect()
+    older = [add.path for add in tops if add.top < 19_000]
+    assert len(older) >= 18  # each file holds a run of keys (the rows came in no order)
+    for path in older:
+        (doubled / path).unlink()  # a MERGE that opened one of these files would fail
+    changes = spark.createDataFrame([(19_500, 100), (19_990, 101), (20_500, 102)], "k BIGINT, v BIGINT")
+    version = source.commit(2, 1, lambda: DeltaTable.forPath(spark, source.path).alias("t").merge(
+        changes.alias("s"), "t.k = s.k").whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+    maintainer.process(BarrierWork(2, 1, 0, source_versions={"src": version}))
+    newest = spark.read.format("delta").load(str(doubled)).where("k >= 19000")
+    assert newest.count() == 1_001
+    assert {r.k: r.w for r in newest.where("k IN (19500, 19990, 20500)").collect()} == {19_500: 200, 19_990: 202, 20_500: 204}

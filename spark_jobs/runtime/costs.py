@@ -1,0 +1,49 @@
+"""Choosing, barrier by barrier, between applying a large table's changes and recomputing it.
+
+Applying changes costs what the changed keys touch: little where they are near each other (new
+and recent rows), but every file of the table where they are spread over all of it, and then a
+MERGE costs more than recomputing the table from its sources (docs/benchmarks.md: a 10M-row
+star join, 9 s against 3.8 s). Neither is known in advance, so the job measures both: the
+first barrier is always a recomputation; while the changes' barriers cost more than that, the
+next ones recompute, and every ``PROBE_EVERY``-th of them applies the changes again to learn
+whether they got cheaper. Both ways give the same table, so only the cost differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROBE_EVERY = 10  # while recomputing is cheaper, every 10th barrier tries the changes again
+MARGIN = 1.25  # applying must cost this much more than recomputing before recomputing wins (noise)
+
+
+@dataclass
+class CostChoice:
+    """What this job measured of both ways, and which one the next barrier takes.
+
+    Example::
+
+        choice = CostChoice()
+        choice.measured(whole=True, seconds=3.8)   # the first barrier: recomputed
+        choice.measured(whole=False, seconds=9.0)  # the changes applied
+        choice.whole()                             # True: the next barrier recomputes
+    """
+
+    whole_s: float | None = None  # the last recomputation
+    applied_s: float | None = None  # the last barrier that applied changes
+    since_probe: int = 0  # recomputations since changes were last applied
+
+    def whole(self) -> bool:
+        """True if the next barrier should recompute the table rather than apply its changes."""
+        if self.whole_s is None or self.applied_s is None or self.applied_s <= self.whole_s * MARGIN:
+            return False
+        return self.since_probe + 1 < PROBE_EVERY
+
+    def measured(self, whole: bool, seconds: float) -> None:
+        """Record a barrier's cost, taken the way it went."""
+        if whole:
+            self.whole_s = seconds
+            self.since_probe += 1
+        else:
+            self.applied_s = seconds
+            self.since_probe = 0

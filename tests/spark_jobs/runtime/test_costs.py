@@ -1,0 +1,30 @@
+"""Recomputing a large table while that is cheaper than applying its changes, probing now and then."""
+
+from __future__ import annotations
+
+from spark_jobs.runtime.costs import PROBE_EVERY, CostChoice
+
+
+def test_changes_are_applied_until_a_barrier_of_them_costs_more_than_recomputing() -> None:
+    choice = CostChoice()
+    assert not choice.whole()  # nothing measured: apply
+    choice.measured(whole=True, seconds=4.0)
+    assert not choice.whole()  # no barrier applied yet
+    choice.measured(whole=False, seconds=4.5)
+    assert not choice.whole()  # within the margin (noise)
+    choice.measured(whole=False, seconds=9.0)
+    assert choice.whole()
+
+
+def test_while_recomputing_wins_every_tenth_barrier_applies_the_changes_again() -> None:
+    choice = CostChoice()
+    choice.measured(whole=True, seconds=4.0)
+    choice.measured(whole=False, seconds=9.0)
+    ways = []
+    for _ in range(2 * PROBE_EVERY):
+        whole = choice.whole()
+        ways.append(whole)
+        choice.measured(whole, 4.0 if whole else 9.0)
+    assert ways.count(False) == 2 and not ways[PROBE_EVERY - 1] and all(ways[:PROBE_EVERY - 1])
+    choice.measured(whole=False, seconds=1.0)  # the changes got near each other: applying wins again
+    assert not choice.whole()
