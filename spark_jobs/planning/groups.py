@@ -267,39 +267,26 @@ class _Scope:
 
     def equalities(self, select: exp.Select) -> list[tuple[Member, Member]]:
         """Pairs of source columns the joins of ``select`` make equal (``ON a.x = b.y``, USING)."""
-        pairs: list[tuple[Member, Member]] = []
-        relations = self.relations(select)
-        for join in select.args.get("joins") or []:
-            on = join.args.get("on")
-            for c in conjuncts(on):
-                if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column):
-                    left, right = self.origin(select, c.this), self.origin(select, c.expression)
-                    if left is not None and right is not None:
-                        pairs.append((left, right))
-            for ident in join.args.get("using") or []:
-                sides = [self.origin(select, exp.column(ident.name, table=a)) for a in relations]
-                found = [m for m in sides if m is not None]
-                pairs += list(zip(found, found[1:], strict=False))
-        return pairs
+        return [pair for join in select.args.get("joins") or [] for pair in self._equal(select, join)]
 
     def joins(self, select: exp.Select, classes: _Classes) -> list[tuple[exp.Join, set[int]]]:
         """Each join of ``select`` with the group columns its condition equates on both sides."""
-        out: list[tuple[exp.Join, set[int]]] = []
-        relations = self.relations(select)
-        for join in select.args.get("joins") or []:
-            on = join.args.get("on")
-            equal: set[int] = set()
-            for c in conjuncts(on):
-                if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column):
-                    left, right = self.origin(select, c.this), self.origin(select, c.expression)
-                    if left is not None and right is not None and classes.of(left) == classes.of(right):
-                        equal.add(classes.of(left))
-            for ident in join.args.get("using") or []:
-                sides = {classes.of(m) for a in relations for m in [self.origin(select, exp.column(ident.name, table=a))]
-                         if m is not None}
-                equal |= sides if len(sides) == 1 else set()
-            out.append((join, equal))
-        return out
+        return [(join, {classes.of(a) for a, b in self._equal(select, join) if classes.of(a) == classes.of(b)})
+                for join in select.args.get("joins") or []]
+
+    def _equal(self, select: exp.Select, join: exp.Join) -> list[tuple[Member, Member]]:
+        """The source columns one join's condition makes equal, in pairs."""
+        pairs: list[tuple[Member, Member]] = []
+        for c in conjuncts(join.args.get("on")):
+            if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column):
+                left, right = self.origin(select, c.this), self.origin(select, c.expression)
+                if left is not None and right is not None:
+                    pairs.append((left, right))
+        for ident in join.args.get("using") or []:
+            sides = [self.origin(select, exp.column(ident.name, table=a)) for a in self.relations(select)]
+            found = [m for m in sides if m is not None]
+            pairs += list(zip(found, found[1:], strict=False))
+        return pairs
 
     def multiplies(self, select: exp.Select, keys: Mapping[str, tuple[str, ...] | None]) -> bool:
         """Can a join of ``select`` match a row of its FROM relation more than once? Not when each
