@@ -5,7 +5,8 @@ Nexmark's mix of new events (per 50: 1 person, 3 auctions, 46 bids; bids on rece
 by recent people, log-uniform prices).
 
 Prints, per query, the median time per barrier of each path, the ratio, the events per second
-the incremental path keeps up with, and where its time went.
+the incremental path keeps up with, where its time went, and at how many barriers the
+incremental job recomputed because that had cost less (``spark_jobs.runtime.costs``).
 
 Usage: python -m bench.nexmark [--events 1000000] [--per-barrier 50000] [--rounds 3] [--queries q3,q9]
 """
@@ -18,14 +19,22 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.spark_jobs import local_stack, phases
+from bench.spark_jobs import local_stack, phases, way
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 PIPELINE = Path(__file__).parents[1] / "pipelines" / "nexmark.sql"
 FIRST_ID = 1000
+QUERIES = "q1,q3,q4,q5,q7,q8,q9,q16,q17,q18,q19,q20"
 BASE_MS = 1_790_000_000_000  # event i happens at BASE_MS + i (a thousand events a second)
+
+
+def _div(column: Column, by: int) -> Column:
+    """Whole division (a Column has no ``//``)."""
+    from pyspark.sql import functions as F
+
+    return F.floor(column / by).cast("long")
 
 
 def events(spark: SparkSession, start: int, count: int) -> dict[str, DataFrame]:
@@ -35,7 +44,7 @@ def events(spark: SparkSession, start: int, count: int) -> dict[str, DataFrame]:
     def ids(per_50: int) -> DataFrame:  # the kind's ids made by these events, with their event's number
         first = start // 50 * per_50
         return spark.range(first, first + count // 50 * per_50).select(
-            (F.col("id") + FIRST_ID).alias("id"), (F.col("id") * 50 // per_50).alias("event"))
+            (F.col("id") + FIRST_ID).alias("id"), _div(F.col("id") * 50, per_50).alias("event"))
 
     def recent(made: F.Column) -> F.Column:  # mostly among the newest 100, as in Nexmark's hot items
         back = F.when(F.rand() < 0.9, F.floor(F.rand() * F.least(made, F.lit(100)))).otherwise(F.floor(F.rand() * made))
@@ -54,11 +63,11 @@ def events(spark: SparkSession, start: int, count: int) -> dict[str, DataFrame]:
                             F.lit(100).cast("long").alias("initial_bid"), F.lit(200).cast("long").alias("reserve"),
                             at(F.col("event")).alias("date_time"),
                             at(F.col("event") + 2000 + F.floor(F.rand() * 18000)).alias("expires"),
-                            recent(F.col("event") // 50 + 1).alias("seller"), (F.col("id") % 5 + 10).alias("category"),
+                            recent(_div(F.col("event"), 50) + 1).alias("seller"), (F.col("id") % 5 + 10).alias("category"),
                             F.lit("").alias("extra"))
     channel = F.floor(F.rand() * 6).cast("int")
-    bid = ids(46).select(recent((F.col("event") // 50 + 1) * 3).alias("auction"),
-                         recent(F.col("event") // 50 + 1).alias("bidder"),
+    bid = ids(46).select(recent((_div(F.col("event"), 50) + 1) * 3).alias("auction"),
+                         recent(_div(F.col("event"), 50) + 1).alias("bidder"),
                          F.round(F.pow(F.lit(10.0), F.rand() * 6) * 100).cast("long").alias("price"),
                          F.element_at(F.array(*map(F.lit, ("Apple", "Google", "Facebook", "Baidu", "channel-5",
                                                             "channel-6"))), channel + 1).alias("channel"),
@@ -72,8 +81,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000, help="events before the first barrier (default 1,000,000)")
     parser.add_argument("--per-barrier", type=int, default=50_000, help="new events per barrier (default 50,000)")
     parser.add_argument("--rounds", type=int, default=3, help="barriers measured (default 3)")
-    parser.add_argument("--queries", default="q1,q3,q9,q16,q17,q18,q19,q4,q20",
-                        help="queries of pipelines/nexmark.sql to run (default: q1,q3,q9,q16,q17,q18,q19,q4,q20)")
+    parser.add_argument("--queries", default=QUERIES, help=f"queries of pipelines/nexmark.sql to run (default: {QUERIES})")
     args = parser.parse_args()
     if args.events % 50 or args.per_barrier % 50 or args.per_barrier <= 0:
         parser.error("--events and --per-barrier must be multiples of 50 (Nexmark's mix), --per-barrier above 0")
@@ -124,13 +132,15 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
         for job in jobs.values():
             job.process(BarrierWork(1, 0, 0, source_versions={s: versions[s] for s in job.plan.sources}))
         times: dict[tuple[str, str], list[float]] = {k: [] for k in jobs}
+        recomputed = dict.fromkeys(names, 0)  # barriers where the incremental job chose to recompute
         for b in range(2, rounds + 2):
             append(b, initial + (b - 2) * per_barrier, per_barrier)
             for key, job in jobs.items():
                 t0 = time.perf_counter()
                 job.process(BarrierWork(b, 0, 0, source_versions={s: versions[s] for s in job.plan.sources}))
                 times[key].append(time.perf_counter() - t0)
-                print(f"barrier {b} {key[0]:>4} {key[1]:<12} {times[key][-1]:6.2f}s ({phases(job)})")
+                recomputed[key[0]] += key[1] == "incremental" and bool(way(job))
+                print(f"barrier {b} {key[0]:>4} {key[1]:<12} {times[key][-1]:6.2f}s ({phases(job)}{way(job)})")
         print(f"\n{'query':<6} {'incremental':>12} {'full refresh':>13} {'full/inc':>9} {'events/s kept up':>17}")
         for name in names:
             full = statistics.median(times[(name, "full refresh")])
@@ -138,7 +148,8 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
                 print(f"{name:<6} {'-':>12} {full:12.2f}s {'-':>9} {per_barrier / full:17,.0f}  (full refresh only)")
                 continue
             inc = statistics.median(times[(name, "incremental")])
-            print(f"{name:<6} {inc:11.2f}s {full:12.2f}s {full / inc:8.1f}x {per_barrier / inc:17,.0f}")
+            chose = f"  (recomputed at {recomputed[name]} of {rounds}: cheaper)" if recomputed[name] else ""
+            print(f"{name:<6} {inc:11.2f}s {full:12.2f}s {full / inc:8.1f}x {per_barrier / inc:17,.0f}{chose}")
         spark.stop()
 
 

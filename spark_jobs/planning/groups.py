@@ -23,15 +23,20 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import sqlglot
+import sqlglot.errors
 from sqlglot import exp
 
 from coordinator.domain.errors import LockstepError
 from coordinator.spark_sql import SPARK
 
-Member = tuple[str, str]  # (source table, column)
+Member = tuple[str, str]  # (source table, column or the SQL of an expression of its columns)
+_RANDOM = {"rand", "randn", "random", "uuid", "shuffle", "current_timestamp", "now"}
+_SIMPLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class NotGrouped(LockstepError):
@@ -41,11 +46,12 @@ class NotGrouped(LockstepError):
 @dataclass(frozen=True)
 class Groups:
     """``columns``: result columns that hold the group values; ``sources``: each source's columns
-    holding the same values, in the same order; ``key``: result columns that identify a row."""
+    holding the same values, in the same order; ``key``: result columns that identify a row
+    (None: none do, as in a join of rows that only grow; the table then numbers a group's rows)."""
 
     columns: tuple[str, ...]
     sources: Mapping[str, tuple[str, ...]]
-    key: tuple[str, ...]
+    key: tuple[str, ...] | None
 
 
 def groups_of(tree: exp.Select, sources: tuple[str, ...], keys: Mapping[str, tuple[str, ...] | None]) -> Groups:
@@ -58,9 +64,13 @@ def groups_of(tree: exp.Select, sources: tuple[str, ...], keys: Mapping[str, tup
     for select in selects:
         for left, right in scope.equalities(select):
             classes.join(left, right)
+    for left, right in scope.unions(tree):
+        classes.join(left, right)
     lists = [[classes.of(m) for m in found] for select in selects for found in scope.partitions(select)]
-    if not lists:
-        raise NotGrouped("nothing in it groups the rows (no GROUP BY, PARTITION BY or DISTINCT)")
+    if not lists:  # joins only: the columns they match on group the rows (a bid with its auction, by auction)
+        lists = [[classes.of(a) for select in selects for a, _ in scope.equalities(select)]]
+        if not lists[0]:
+            raise NotGrouped("nothing in it groups the rows (no GROUP BY, PARTITION BY, DISTINCT or join)")
     shared = [c for c in dict.fromkeys(lists[0]) if all(c in other for other in lists[1:])]
     if not shared:
         raise NotGrouped("its GROUP BY / PARTITION BY / DISTINCT lists share no source column")
@@ -72,20 +82,22 @@ def groups_of(tree: exp.Select, sources: tuple[str, ...], keys: Mapping[str, tup
                                  f"{_names(classes.members(shared[0]))} on both sides, so it could join rows of "
                                  "different groups")
             shared = kept
-    columns: list[str] = []
-    for group in shared:
-        name = scope.find(tree, classes.members(group))
-        if name is None:
-            raise NotGrouped(f"the result does not select {_names(classes.members(group))} as it is, so the rows "
-                             "of a group could not be found in the table")
-        columns.append(name)
+    found = {g: scope.find(tree, classes.members(g)) for g in shared}
+    if not any(found.values()):
+        raise NotGrouped(f"the result does not select {_names(classes.members(shared[0]))} as it is, so the rows "
+                         "of a group could not be found in the table")
+    shared = [g for g in shared if found[g]]  # (fewer group columns make larger groups: still groups)
+    columns = [name for name in found.values() if name]
     by_source: dict[str, tuple[str, ...]] = {}
     for source in sources:
-        found = [next((c for t, c in sorted(classes.members(g)) if t == source), None) for g in shared]
-        if None in found:
-            raise NotGrouped(f"{source} has no column equal to {_names(classes.members(shared[found.index(None)]))}, "
+        held = [sorted(c for t, c in classes.members(g) if t == source) for g in shared]
+        if [] in held:
+            raise NotGrouped(f"{source} has no column equal to {_names(classes.members(shared[held.index([])]))}, "
                              "so its rows are not in groups")
-        by_source[source] = tuple(c for c in found if c is not None)
+        if any(len(h) > 1 for h in held):
+            raise NotGrouped(f"{source} holds a group value in two columns ({', '.join(next(h for h in held if len(h) > 1))}"
+                             "), so its rows of a group are not found by one")
+        by_source[source] = tuple(h[0] for h in held)
     return Groups(tuple(columns), by_source, _key(tree, scope, sources, keys, shared, classes, columns))
 
 
@@ -94,17 +106,15 @@ def _names(members: set[Member]) -> str:
 
 
 def _key(tree: exp.Select, scope: _Scope, sources: tuple[str, ...], keys: Mapping[str, tuple[str, ...] | None],
-         shared: list[int], classes: _Classes, columns: list[str]) -> tuple[str, ...]:
+         shared: list[int], classes: _Classes, columns: list[str]) -> tuple[str, ...] | None:
     """Result columns that identify a row: the GROUP BY columns or the DISTINCT list of the
     outermost SELECT, else (no join above it) a ROW_NUMBER with its PARTITION BY columns, or
-    (no join that repeats a row) the source's key."""
+    (no join that repeats a row) the source's key; else None."""
     items = tree.expressions
     if tree.args.get("group"):
         group = {g.sql(dialect=SPARK) for g in tree.args["group"].expressions}
         names = [i.alias_or_name for i in items if i.unalias().sql(dialect=SPARK) in group or i.alias in group]
-        if len(names) != len(group):
-            raise NotGrouped("a GROUP BY expression of the outermost SELECT is not selected, so the table has no key")
-        return tuple(names)
+        return tuple(names) if len(names) == len(group) else None  # (a GROUP BY expression not selected)
     if tree.args.get("distinct"):  # (its items are named: a DISTINCT * would have held no group column)
         return tuple(i.alias_or_name for i in items)
     for window in tree.find_all(exp.Window):
@@ -121,8 +131,7 @@ def _key(tree: exp.Select, scope: _Scope, sources: tuple[str, ...], keys: Mappin
         names = [scope.find(tree, {(sources[0], k)}) for k in key or ()]
         if key and None not in names:
             return tuple(n for n in names if n is not None)
-    raise NotGrouped("the result has no key: select the GROUP BY columns, the source's key, or a "
-                     "ROW_NUMBER() with its PARTITION BY columns")
+    return None
 
 
 def _enclosing(select: exp.Expression) -> list[exp.Select]:
@@ -172,16 +181,18 @@ class _Scope:
             if isinstance(item, exp.Table):
                 out[item.alias_or_name] = self.ctes.get(item.name, item.name)
             elif isinstance(item, exp.Subquery):
-                out[item.alias_or_name] = item.this
+                out[item.alias_or_name] = item.this  # a SELECT or a UNION
             else:
                 raise NotGrouped(f"FROM {item.sql(dialect=SPARK)} is neither a table nor a subquery")
         return out
 
-    def origin(self, select: exp.Select, column: exp.Column) -> Member | None:
-        """The source column ``column`` (in ``select``) holds unchanged, None if it is computed."""
+    def origin(self, select: exp.Select, column: exp.Column, aliases: bool = True) -> Member | None:
+        """The source column ``column`` (in ``select``) holds unchanged, or the expression of one
+        source's columns it holds (``computed``); None if it holds neither."""
         name = column.name
-        if not column.table and any(i.alias == name and not _plain(i.unalias(), name) for i in select.expressions):
-            return None  # an alias of a computed select item (GROUP BY h where h = date_trunc(...))
+        computed = [i.unalias() for i in select.expressions if i.alias == name and not _plain(i.unalias(), name)]
+        if aliases and not column.table and computed:  # an alias of a computed item (GROUP BY h, h = date_trunc(...))
+            return self.computed(select, computed[0])
         relations = self.relations(select)
         if column.table:
             chosen = relations.get(column.table)
@@ -193,14 +204,36 @@ class _Scope:
             return None
         return (chosen, name) if isinstance(chosen, str) else self.output(chosen, name)
 
+    def computed(self, select: exp.Select, node: exp.Expression) -> Member | None:
+        """``node`` (in ``select``) as an expression of one source's columns, named by its SQL
+        over them (``(bid, "WINDOW(date_time, '10 seconds')")``): a group value of that source's
+        rows too. None if it aggregates, numbers rows, is random or reads several sources."""
+        if isinstance(node, exp.Column):
+            return self.origin(select, node, aliases=False)
+        if node.find(exp.AggFunc, exp.Window, exp.Select, exp.Rand, exp.Star) or any(
+                f.name.lower() in _RANDOM for f in node.find_all(exp.Anonymous)):
+            return None
+        found = {id(c): self.origin(select, c, aliases=False) for c in node.find_all(exp.Column)}
+        if not found or None in found.values() or len({m[0] for m in found.values() if m}) != 1:
+            return None
+        copy = node.copy()
+        for original, column in zip(node.find_all(exp.Column), list(copy.find_all(exp.Column)), strict=True):
+            member = found[id(original)]
+            assert member is not None
+            column.replace(exp.column(member[1], quoted=not _SIMPLE.fullmatch(member[1])))
+        (source,) = {m[0] for m in found.values() if m}
+        return source, copy.sql(dialect=SPARK)
+
     def output(self, body: exp.Expression, name: str) -> Member | None:
-        """The source column the query ``body`` outputs as ``name``, unchanged (None: computed)."""
+        """The source column (or ``computed`` expression) the query ``body`` outputs as ``name``
+        (of a UNION: its first branch's, which ``unions`` makes equal to the other branches')."""
+        if isinstance(body, exp.Union):
+            return self.output(branches(body)[0], name)
         if not isinstance(body, exp.Select):
             return None
         for item in body.expressions:
             if not item.is_star and item.alias_or_name == name:
-                node = item.unalias()
-                return self.origin(body, node) if isinstance(node, exp.Column) else None
+                return self.computed(body, item.unalias())
         for item in body.expressions:
             if item.is_star:
                 table = item.unalias().table if isinstance(item.unalias(), exp.Column) else ""
@@ -215,8 +248,7 @@ class _Scope:
         if not isinstance(body, exp.Select):
             return None
         for item in body.expressions:
-            node = item.unalias()
-            if isinstance(node, exp.Column) and not node.is_star and self.origin(body, node) in members:
+            if not item.is_star and self.computed(body, item.unalias()) in members:
                 return item.alias_or_name
         for item in body.expressions:
             if item.is_star:
@@ -246,7 +278,8 @@ class _Scope:
         out: list[list[Member]] = []
 
         def held(columns: list[exp.Expression]) -> list[Member]:
-            found = [self.origin(select, c) for c in columns if isinstance(c, exp.Column) and not c.is_star]
+            found = [self.origin(select, c) if isinstance(c, exp.Column) else self.computed(select, c)
+                     for c in columns if not c.is_star]
             return [m for m in found if m is not None]
 
         if select.args.get("group"):
@@ -278,8 +311,8 @@ class _Scope:
         """The source columns one join's condition makes equal, in pairs."""
         pairs: list[tuple[Member, Member]] = []
         for c in conjuncts(join.args.get("on")):
-            if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column):
-                left, right = self.origin(select, c.this), self.origin(select, c.expression)
+            if isinstance(c, exp.EQ):
+                left, right = self.computed(select, c.this), self.computed(select, c.expression)
                 if left is not None and right is not None:
                     pairs.append((left, right))
         for ident in join.args.get("using") or []:
@@ -310,14 +343,38 @@ class _Scope:
                 return True
         return False
 
+    def unions(self, tree: exp.Expression) -> list[tuple[Member, Member]]:
+        """Pairs of source columns a UNION in ``tree`` outputs at the same position: its rows of
+        a group hold the group value in either."""
+        pairs: list[tuple[Member, Member]] = []
+        for union in tree.find_all(exp.Union):
+            if isinstance(union.parent, exp.Union):
+                continue  # (counted with the UNION it is a branch of)
+            selects = branches(union)
+            for position in range(min((len(b.expressions) for b in selects), default=0)):
+                held = [self.computed(b, b.expressions[position].unalias()) for b in selects]
+                found = [m for m in held if m is not None]
+                pairs += list(zip(found, found[1:], strict=False)) if len(found) == len(held) else []
+        return pairs
+
     def check_nesting(self, select: exp.Select) -> None:
-        """A subquery may stand in FROM, JOIN or WITH only (not in WHERE or the select list)."""
+        """A subquery may stand in FROM, JOIN or WITH only (not in WHERE or the select list),
+        alone or as a branch of a UNION there."""
         parent = select.parent
+        while isinstance(parent, exp.Union):
+            parent = parent.parent
         if parent is None or isinstance(parent, exp.CTE):
             return
         if isinstance(parent, exp.Subquery) and isinstance(parent.parent, exp.From | exp.Join):
             return
         raise NotGrouped(f"subquery {select.sql(dialect=SPARK)[:60]} stands outside FROM/JOIN/WITH")
+
+
+def branches(union: exp.Union) -> list[exp.Select]:
+    """The SELECTs a UNION (of UNIONs) combines, in order."""
+    sides = [s.this if isinstance(s, exp.Subquery) else s for s in (union.this, union.expression)]
+    return [s for side in sides for s in (branches(side) if isinstance(side, exp.Union) else [side])
+            if isinstance(s, exp.Select)]
 
 
 def conjuncts(on: exp.Expression | None) -> list[exp.Expression]:
@@ -327,3 +384,37 @@ def conjuncts(on: exp.Expression | None) -> list[exp.Expression]:
 
 def _plain(node: exp.Expression, name: str) -> bool:
     return isinstance(node, exp.Column) and node.name == name and not node.is_star
+
+
+@dataclass(frozen=True)
+class GroupValue:
+    """How a source's rows hold one group value (``Groups.sources``): a column, or an
+    expression of its columns; a time ``window(time, ...)`` holds the rows whose time falls
+    in it (in several windows when they slide)."""
+
+    expression: str  # Spark SQL over the source's columns
+    column: str | None = None  # the plain column, if it is one
+    time: str | None = None  # a window's time expression
+
+
+def group_value(text: str) -> GroupValue:
+    """What a ``Groups.sources`` entry is.
+
+    >>> group_value("auction")
+    GroupValue(expression='auction', column='auction', time=None)
+    >>> group_value("WINDOW(date_time, '10 seconds')").time
+    'date_time'
+    """
+    if _SIMPLE.fullmatch(text):
+        return GroupValue(text, text)
+    try:
+        node = sqlglot.parse_one(text, read=SPARK)
+    except sqlglot.errors.ParseError:
+        node = None
+    if node is None or isinstance(node, exp.Alias):  # a column whose name is not an identifier ("my col")
+        return GroupValue(f"`{text}`", text)
+    if isinstance(node, exp.Column):
+        return GroupValue(text, node.name)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "window" and node.expressions:
+        return GroupValue(text, time=node.expressions[0].sql(dialect=SPARK))
+    return GroupValue(text)

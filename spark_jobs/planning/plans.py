@@ -53,6 +53,7 @@ from spark_jobs.planning.pipeline import DerivedTable, Job, Pipeline, RootTable,
 HIDDEN = "__lockstep_"  # prefix of bookkeeping columns kept in aggregate tables
 WEIGHT = f"{HIDDEN}w"  # +n / -n multiplicity of a change row
 ROWS = f"{HIDDEN}rows"  # source rows in a group: the group disappears at 0
+NUMBER = f"{HIDDEN}n"  # a row's number within its group, where no result columns identify a row
 
 AGGREGATES = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max", exp.Count: "count"}
 
@@ -114,6 +115,7 @@ class PlanParts(TypedDict, total=False):
     join_columns: Mapping[str, tuple[str, ...]]
     group_columns: tuple[str, ...]
     group_sources: Mapping[str, tuple[str, ...]]
+    reach: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,9 @@ class Plan:
     # groups: the result columns holding the group values, and each source's columns holding them
     group_columns: tuple[str, ...] = ()
     group_sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # groups of LEFT joins: each other table -> a query of the group values whose rows reach its
+    # rows (bound to its changed rows); its rows are read whole
+    reach: Mapping[str, str] = field(default_factory=dict)
     branches: tuple[Plan, ...] = ()  # union: each branch's plan
 
     @property
@@ -161,6 +166,10 @@ class Plan:
 
 class Unsupported(LockstepError):
     """The query is outside the incremental shapes; the message says why."""
+
+
+class NoKey(Unsupported):
+    """A join's result rows have no key (the groups shape may still keep it)."""
 
 
 def plan_query(query: str, shapes: Mapping[str, TableShape]) -> Plan:
@@ -193,7 +202,13 @@ def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple
     items = list(tree.expressions)
     grouped = bool(tree.args.get("group")) or any(isinstance(i.unalias(), exp.AggFunc) for i in items)
     if join is not None:
-        parts = _join_plan(tree, items, aliases, shapes, join, grouped)
+        try:
+            parts = _join_plan(tree, items, aliases, shapes, join, grouped)
+        except NoKey as exc:
+            try:  # rows without identity (bids only grow, have no key): replaced by the join columns' groups
+                parts = _groups_plan(tree, shapes, sources, ["a join whose rows have no key"])
+            except Unsupported:
+                raise exc from None
     else:
         (source,) = set(aliases.values())
         try:
@@ -280,9 +295,11 @@ def _groups_plan(tree: exp.Select, shapes: Mapping[str, TableShape], sources: tu
     except NotGrouped as exc:
         raise Unsupported(f"{what}: {exc}") from exc
     of = ", ".join(f"{s}({', '.join(c)})" for s, c in groups.sources.items())
-    return PlanParts(kind=PlanKind.GROUPS, key=groups.key, group_columns=groups.columns, group_sources=groups.sources,
+    numbered = "" if groups.key else ", numbered within their group (no columns identify a row)"
+    return PlanParts(kind=PlanKind.GROUPS, key=groups.key or (*groups.columns, NUMBER), group_columns=groups.columns,
+                     group_sources=groups.sources,
                      reason=f"the groups ({', '.join(groups.columns)}) that a barrier's changes touch are recomputed "
-                            f"from their rows of {of} and replace their rows [{what}]")
+                            f"from their rows of {of} and replace their rows{numbered} [{what}]")
 
 
 @dataclass(frozen=True)
@@ -295,21 +312,24 @@ class _Joined:
     side: str  # INNER or LEFT
 
 
-def _inner_joins(first: exp.Table, joins: list[exp.Join], aliases: dict[str, str]) -> _Joined:
-    """Three or more tables: INNER joins of plain tables, each with a condition, no table twice."""
+def _many_joins(first: exp.Table, joins: list[exp.Join], aliases: dict[str, str]) -> _Joined:
+    """Three or more tables: INNER and LEFT joins of plain tables, each with a condition, no
+    table twice (LEFT when any join is)."""
+    sides = set()
     for join in joins:
         if not isinstance(join.this, exp.Table):
             raise Unsupported(f"joined relation {join.this.sql(dialect=SPARK)[:60]} is not a plain table")
         side, kind = ((join.args.get(a) or "").upper() for a in ("side", "kind"))
-        if side or kind not in ("", "INNER"):
+        if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER") or (side == "" and kind == "OUTER"):
             raise Unsupported(f"{' '.join(x for x in (side, kind) if x)} JOIN among more than two tables is not "
-                              "maintained incrementally (INNER joins are)")
+                              "maintained incrementally (INNER and LEFT joins are)")
         if not join.args.get("on") and not join.args.get("using"):
             raise Unsupported(f"JOIN {join.this.name} has no ON or USING (a cross join)")
         if join.this.name in aliases.values():
             raise Unsupported("self-joins are not maintained incrementally")
         aliases[join.this.alias_or_name] = join.this.name
-    return _Joined((first.name, *(j.this.name for j in joins)), {}, "INNER")
+        sides.add(side or "INNER")
+    return _Joined((first.name, *(j.this.name for j in joins)), {}, "LEFT" if "LEFT" in sides else "INNER")
 
 
 def _relations(tree: exp.Select) -> tuple[dict[str, str], _Joined | None]:
@@ -322,7 +342,7 @@ def _relations(tree: exp.Select) -> tuple[dict[str, str], _Joined | None]:
     if not join_list:
         return aliases, None
     if len(join_list) > 1:
-        return aliases, _inner_joins(source.this, join_list, aliases)
+        return aliases, _many_joins(source.this, join_list, aliases)
     join = join_list[0]
     if not isinstance(join.this, exp.Table):
         raise Unsupported("the joined relation is not a plain table")
@@ -463,6 +483,11 @@ def _join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str,
                shapes: Mapping[str, TableShape], join: _Joined, grouped: bool) -> PlanParts:
     alias_of = {t: a for a, t in aliases.items()}
     columns = join.columns
+    if join.side == "LEFT" and not columns:
+        if grouped:
+            raise Unsupported("GROUP BY over LEFT joins of more than two tables is not maintained incrementally "
+                              "(over INNER joins it is)")
+        return _left_joins_plan(tree, items, aliases, shapes, join)
     if columns:
         left, right = join.tables
         weight = f"{alias_of[left]}.{WEIGHT} * COALESCE({alias_of[right]}.{WEIGHT}, 1)"
@@ -477,8 +502,23 @@ def _join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str,
         parts = _aggregate_parts(tree, items, weight)
         return PlanParts(parts, kind=PlanKind.JOIN_AGGREGATE, join_columns=columns,
                          reason=f"{how}, then their groups updated [{_names(parts['aggregates'])}]")
+    key = _join_key(tree, items, aliases, shapes, join)
+    all_grow = all(shapes.get(t, UNKNOWN).append_only for t in join.tables) and join.side == "INNER"
+    if key is None and not all_grow:
+        raise NoKey("the join's result has no key (select the key columns of every table not joined on its "
+                    "whole key) and its inputs may change rows, so changed rows could not be found in the result")
+    return PlanParts(kind=PlanKind.JOIN, reason=how, key=key, append_only=key is None,
+                     change_query=_with_weight(tree, items, weight), join_columns=columns)
+
+
+def _join_key(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, str],
+              shapes: Mapping[str, TableShape], join: _Joined) -> tuple[int | str, ...] | None:
+    """Select positions that identify a row of a join: each table's selected key, where a table
+    joined on its whole key to such tables' columns (a dimension) needs none; None if some
+    table has neither."""
     if any(isinstance(i, exp.Star) for i in items):
         raise Unsupported("SELECT * over a join: name the columns")
+    alias_of = {t: a for a, t in aliases.items()}
     selected = {t: None if shapes.get(t, UNKNOWN).key is None else
                 _selected(items, {alias_of[t], t}, shapes.get(t, UNKNOWN).key or ()) for t in join.tables}
     determined = {t for t, found in selected.items() if found is not None}
@@ -490,16 +530,56 @@ def _join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str,
                             for pair in equal) for k in shapes.get(t, UNKNOWN).key or ())}
         determined |= more
         grew = bool(more)
-    key: tuple[int | str, ...] | None = None
-    if determined == set(join.tables):
-        key = tuple(p for t in join.tables for p in selected[t] or ())
-    all_grow = all(shapes.get(t, UNKNOWN).append_only for t in join.tables) and join.side == "INNER"
-    if key is None and not all_grow:
-        raise Unsupported("the join's result has no key (select the key columns of every table not joined on its "
-                          "whole key) and its inputs "
-                          "may change rows, so changed rows could not be found in the result")
-    return PlanParts(kind=PlanKind.JOIN, reason=how, key=key, append_only=key is None,
-                     change_query=_with_weight(tree, items, weight), join_columns=columns)
+    return tuple(p for t in join.tables for p in selected[t] or ()) if determined == set(join.tables) else None
+
+
+def _left_joins_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, str],
+                     shapes: Mapping[str, TableShape], join: _Joined) -> PlanParts:
+    """LEFT (and INNER) joins of three or more tables, by group of the FROM table's rows: every
+    result row comes from one row of it, so the groups of a column of it that the result selects
+    (its key, else a column it is joined on) are recomputed when their rows, or rows they reach
+    in the other tables, change. Another table's changed rows find their groups by the joins up
+    to it (``Plan.reach``); its rows are read whole."""
+    first = join.tables[0]
+    alias = next(a for a, t in aliases.items() if t == first)
+    key_columns = shapes.get(first, UNKNOWN).key or ()
+    chosen = [(c, _named(items, alias, c)) for c in key_columns]
+    if not key_columns or not all(name for _, name in chosen):  # else the first column it is joined on
+        joined = [c.name for j in tree.args["joins"] for eq in conjuncts(j.args.get("on")) if isinstance(eq, exp.EQ)
+                  for c in (eq.this, eq.expression) if isinstance(c, exp.Column) and c.table == alias]
+        chosen = [(c, name) for c in joined for name in [_named(items, alias, c)] if name][:1]
+    if not chosen:
+        raise Unsupported(f"LEFT joins of more than two tables: select a column of {first} (its key, or a column "
+                          "it is joined on) as it is, so a change's rows can be found by it")
+    source_columns = tuple(c for c, _ in chosen)
+    names = tuple(n for _, n in chosen if n)
+    groups = [exp.column(c, table=alias).as_(f"{HIDDEN}g{i}") for i, c in enumerate(source_columns)]
+    reach = {}
+    for other in join.tables[1:]:
+        path = tree.copy()
+        for clause in ("where", "group", "having", "qualify", "order", "limit", "distinct"):
+            path.set(clause, None)
+        path.set("expressions", [g.copy() for g in groups])
+        for j in path.args["joins"]:
+            if j.this.name == other:  # the rows that reach the changed rows of `other`
+                j.set("side", None)
+                j.set("kind", None)
+        reach[other] = path.sql(dialect=SPARK)
+    key = _join_key(tree, items, aliases, shapes, join)
+    return PlanParts(kind=PlanKind.GROUPS, key=key or (*names, NUMBER), group_columns=names,
+                     group_sources={first: source_columns}, reach=reach,
+                     reason=f"LEFT joins of {', '.join(join.tables)}, by group of {first}({', '.join(source_columns)}): "
+                            f"the groups whose rows, or the rows they join in {', '.join(join.tables[1:])}, changed "
+                            "are recomputed and replace their rows" + ("" if key else ", numbered within their group"))
+
+
+def _named(items: list[exp.Expression], alias: str, column: str) -> str | None:
+    """The result name of ``alias.column`` where the select list has it as it is."""
+    for item in items:
+        node = item.unalias()
+        if isinstance(node, exp.Column) and node.table == alias and node.name == column:
+            return item.alias_or_name
+    return None
 
 
 def _equated(tree: exp.Select, aliases: dict[str, str]) -> list[set[tuple[str, str]]]:
@@ -528,7 +608,8 @@ def shapes_of(roots: list[tuple[str, tuple[str, ...]]], derived: list[tuple[str,
         plan = plan_query(query, shapes)
         names = [i.alias_or_name for i in sqlglot.parse_one(query, read=SPARK).selects]
         key = output_key(plan, names)
-        shapes[name] = TableShape(None if key is None or "" in key else key, plan.append_only)
+        known = key is not None and "" not in key and NUMBER not in key  # (a row's number is no key to select)
+        shapes[name] = TableShape(key if known else None, plan.append_only)
     return shapes
 
 

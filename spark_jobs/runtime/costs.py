@@ -1,9 +1,11 @@
-"""Choosing, barrier by barrier, between applying a large table's changes and recomputing it.
+"""Choosing, barrier by barrier, between applying a table's changes and recomputing it.
 
 Applying changes costs what the changed keys touch: little where they are near each other (new
 and recent rows), but every file of the table where they are spread over all of it, and then a
 MERGE costs more than recomputing the table from its sources (docs/benchmarks.md: a 10M-row
-star join, 9 s against 3.8 s). Neither is known in advance, so the job measures both: the
+star join, 9 s against 3.8 s); and a barrier of applied changes pays a fixed cost of its own
+(1-3 s here), more than recomputing a small table over small sources takes (Nexmark's q3 over
+a million events: 2.6 s against 0.9 s). Neither is known in advance, so the job measures both: the
 first barrier is always a recomputation; while the changes' barriers cost more than that, the
 next ones recompute, and every ``PROBE_EVERY``-th of them applies the changes again to learn
 whether they got cheaper. Both ways give the same table, so only the cost differs.
@@ -32,12 +34,13 @@ class CostChoice:
     whole_s: float | None = None  # the last recomputation
     applied_s: float | None = None  # the last barrier that applied changes
     since_probe: int = 0  # recomputations since changes were last applied
+    probe_every: int = PROBE_EVERY  # 1: apply the changes at every barrier, whatever they cost
 
     def whole(self) -> bool:
         """True if the next barrier should recompute the table rather than apply its changes."""
         if self.whole_s is None or self.applied_s is None or self.applied_s <= self.whole_s * MARGIN:
             return False
-        return self.since_probe + 1 < PROBE_EVERY
+        return self.since_probe + 1 < self.probe_every
 
     def measured(self, whole: bool, seconds: float) -> None:
         """Record a barrier's cost, taken the way it went."""

@@ -12,7 +12,11 @@ rows with a weight** (+n inserted, -n retracted):
 * INNER joins of more tables: the delta rule, one term per changed table (``_delta_rule``);
 * UNION ALL of those: each branch's change rows;
 * by group (``spark_jobs.planning.groups``): the query over the source rows of the groups the
-  changes touch, at the new version (+1), and the table's old rows of those groups (-1).
+  changes touch, at the new version (+1), and the table's old rows of those groups (-1);
+  LEFT joins of more tables are kept by group of the FROM table's rows, and another table's
+  changed rows touch the groups whose rows join them.
+  When no result columns identify a row (a join of bids, which only grow and have no key),
+  each group's rows are numbered, and the group columns with that number are the key.
 
 Equal rows with opposite weights cancel. The rest is applied to the sink in one MERGE per
 barrier: by key (projection, join), appended (append-only inputs), or folded into the groups
@@ -30,17 +34,18 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pyspark.sql import Column, DataFrame, DataFrameWriter, Observation, Row, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameWriter, Observation, Row, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import MapType, StructType
 
 from coordinator.client.clock import now_ms
 from coordinator.domain.work import BarrierWork
 from coordinator.settings import CrashAt
+from spark_jobs.planning.groups import GroupValue, group_value
 from spark_jobs.planning.pipeline import DerivedTable
-from spark_jobs.planning.plans import HIDDEN, ROWS, WEIGHT, Plan, PlanKind, output_key
+from spark_jobs.planning.plans import HIDDEN, NUMBER, ROWS, WEIGHT, Plan, PlanKind, output_key
 from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.delta_log import read_version, table_bytes
@@ -69,7 +74,40 @@ def _few(keys: DataFrame) -> tuple[DataFrame, list[Row] | None]:
 
 def _narrowed(frame: DataFrame, rows: list[Row] | None, pairs: list[tuple[str, str]]) -> DataFrame:
     """``frame`` filtered to the value ranges of the changed keys ``rows`` (``pruning.within``)."""
-    return frame if rows is None else frame.where(within(rows, pairs))
+    return frame if rows is None or not pairs else frame.where(within(rows, pairs))
+
+
+def _held(value: GroupValue) -> Column:
+    """A source row's group value (a time window: the window, several rows when it slides)."""
+    return F.col(value.column) if value.column else F.expr(value.expression)
+
+
+def _of_groups(rows: DataFrame, held: list[GroupValue], names: list[str], touched: DataFrame,
+               found: list[Row] | None) -> DataFrame:
+    """The source ``rows`` of the ``touched`` groups (columns ``names``), which each row holds
+    as ``held``: equal values, or a time within a touched window. ``found`` (the touched
+    groups, when few) narrows the read to their value and time ranges first."""
+    rows = _narrowed(rows, found, [(v.column, n) for v, n in zip(held, names, strict=True) if v.column])
+    tests: list[Column] = []
+    extra: list[str] = []
+    for i, (value, name) in enumerate(zip(held, names, strict=True)):
+        if value.column:
+            tests.append(rows[value.column].eqNullSafe(touched[name]))
+            continue
+        extra.append(f"{HIDDEN}v{i}")
+        if value.time is None:
+            rows = rows.withColumn(extra[-1], F.expr(value.expression))
+            tests.append(rows[extra[-1]].eqNullSafe(touched[name]))
+            continue
+        rows = rows.withColumn(extra[-1], F.expr(value.time))
+        time, window = rows[extra[-1]], touched[name]
+        tests.append((time >= window["start"]) & (time < window["end"]) | time.isNull() & window.isNull())
+        windows = [r[name] for r in found or [] if r[name] is not None]
+        if windows:  # rows are written in about time order: skip the files of other times
+            rows = rows.where(time.isNull() | time.between(min(w["start"] for w in windows),
+                                                            max(w["end"] for w in windows)))
+    near = rows.join(touched, functools.reduce(lambda a, b: a & b, tests), "left_semi")
+    return near.drop(*extra)
 
 
 @dataclass
@@ -89,6 +127,7 @@ class TableMaintainer:
     rewrite_limit_bytes: int = REWRITE_LIMIT_BYTES
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
     compact_every: int = 0  # LOCKSTEP_COMPACT_EVERY (0: never)
+    costs: CostChoice = field(default_factory=CostChoice)  # applying the changes or recomputing, by cost
 
     def __post_init__(self) -> None:
         # The table is created by its first barrier's write (CREATE TABLE AS SELECT is atomic).
@@ -102,7 +141,6 @@ class TableMaintainer:
         self.query_id = hashlib.sha256(self.table.query.encode()).hexdigest()[:16]
         self._cached: list[DataFrame] = []
         self.watch = Stopwatch()  # the phases of the barrier in progress
-        self.costs = CostChoice()
 
     # -- reading sources ------------------------------------------------------------------------
 
@@ -155,9 +193,9 @@ class TableMaintainer:
 
     def _maintain(self, work: BarrierWork, base: tuple[dict[str, int], int] | None) -> tuple[int, tuple[int, int, int]]:
         """Apply the changes, or recompute: the first barrier, a plan that is not incremental, or a
-        large table whose changes cost more to apply than recomputing it did (``costs``)."""
+        table whose changes cost more to apply than recomputing it did (``costs``)."""
         whole = base is None or not self.plan.incremental
-        if not whole and self.costs.whole() and table_bytes(self.spark, self.sink.path) > REWRITE_LIMIT_BYTES:
+        if not whole and self.costs.whole():
             whole = True
             log.info("table %s: recomputing it (%.1f s last time) is cheaper than applying its changes (%.1f s)",
                      self.table.name, self.costs.whole_s, self.costs.applied_s)
@@ -183,7 +221,7 @@ class TableMaintainer:
         (one Spark job; its rows are counted on the way)."""
         with self.watch.phase("plan"):
             self._bind_snapshots(work)
-            result = self.spark.sql(self.plan.full_query or self.plan.query)
+            result = self._numbered(self.spark.sql(self.plan.full_query or self.plan.query))
             self.schema = result.schema
             observation = self._observation(work)
             counted = result.observe(observation, F.count(F.lit(1)).alias("rows"))
@@ -329,20 +367,34 @@ class TableMaintainer:
         A few touched groups also filter every read (``pruning``): only files that may hold
         them are opened."""
         names = list(self.plan.group_columns)
-        touched, found = _few(functools.reduce(DataFrame.unionByName, [
-            self.changes(t, old[t], new[t]).select(*[F.col(c).alias(n) for c, n in zip(columns, names, strict=True)])
-            for t, columns in self.plan.group_sources.items() if old[t] != new[t]]).distinct())
-        frames = {}
-        for table, columns in self.plan.group_sources.items():
-            pairs = list(zip(columns, names, strict=True))
-            rows = _narrowed(self.snapshot(table, new[table]), found, pairs)
-            frames[table] = rows.join(touched, _same(rows, touched, pairs), "left_semi")
+        values = {t: [group_value(c) for c in columns] for t, columns in self.plan.group_sources.items()}
+        changed = [self.changes(t, old[t], new[t]).select(*[_held(v).alias(n) for v, n in zip(held, names, strict=True)])
+                   for t, held in values.items() if old[t] != new[t]]
+        for table, query in self.plan.reach.items():  # LEFT joins: the groups that reach the table's changed rows
+            if old[table] != new[table]:
+                self._bind({t: self.snapshot(t, new[t]) for t in self.plan.sources if t != table})
+                self._bind({table: self.changes(table, old[table], new[table])})
+                changed.append(self.spark.sql(query).toDF(*names))
+        touched, found = _few(functools.reduce(DataFrame.unionByName, changed).distinct())
+        frames = {t: self.snapshot(t, new[t]) for t in self.plan.reach}  # (read whole)
+        for table, held in values.items():
+            frames[table] = _of_groups(self.snapshot(table, new[table]), held, names, touched, found)
         self._bind(frames)
-        fresh = self.spark.sql(self.plan.query)
+        fresh = self._numbered(self.spark.sql(self.plan.query))
         pairs = [(n, n) for n in names]
         table = _narrowed(read_version(self.spark, self.sink.path, old_sink), found, pairs)
         before = table.join(touched, _same(table, touched, pairs), "left_semi").select(*fresh.columns)
         return fresh.withColumn(WEIGHT, F.lit(1)).unionByName(before.withColumn(WEIGHT, F.lit(-1)))
+
+    def _numbered(self, result: DataFrame) -> DataFrame:
+        """The query's rows with their number within their group, where that number is part of
+        the key (``NUMBER``): ordered by every column, so equal groups number equal rows alike."""
+        if self.plan.kind != PlanKind.GROUPS or NUMBER not in (self.plan.key or ()):
+            return result
+        order = [F.to_json(result[f.name]) if isinstance(f.dataType, MapType) else result[f.name]
+                 for f in result.schema.fields]  # (maps have no order)
+        group = Window.partitionBy(*[result[c] for c in self.plan.group_columns]).orderBy(*order)
+        return result.withColumn(NUMBER, F.row_number().over(group))
 
     # -- applying them ---------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_jobs.planning.pipeline import parse_pipeline
-from spark_jobs.planning.plans import HIDDEN, TableShape, plan_for, plan_query, shapes_of
+from spark_jobs.planning.plans import HIDDEN, NUMBER, TableShape, plan_for, plan_query, shapes_of
 from tests.support import ROOT
 
 SHAPES = {
@@ -59,7 +59,20 @@ def test_incremental_shapes(query: str, kind: str, key: tuple | None) -> None:
         ("SELECT o.uid, o.oid, o.total FROM orders o JOIN (SELECT uid, MAX(total) AS top FROM orders GROUP BY uid) m "
          "ON o.uid = m.uid AND o.total = m.top", ("oid",), ("uid",)),  # each order meets one row of m: its key holds
         ("SELECT window(ts, '1 minute', '10 seconds') AS w, region, COUNT(*) AS n FROM users "
-         "GROUP BY window(ts, '1 minute', '10 seconds'), region HAVING COUNT(*) > 2", ("w", "region"), ("region",)),
+         "GROUP BY window(ts, '1 minute', '10 seconds'), region HAVING COUNT(*) > 2", ("w", "region"), ("w", "region")),
+        ("SELECT h, COUNT(*) n FROM (SELECT date_trunc('HOUR', ts) AS h FROM users) GROUP BY h HAVING n > 1",
+         ("h",), ("h",)),  # an expression of one table's columns groups its rows too
+        ("SELECT u.region, u.w FROM (SELECT *, window(ts, '5 seconds') AS w FROM users) u JOIN (SELECT MAX(id) AS top, "
+         "window(ts, '5 seconds') AS w FROM users GROUP BY window(ts, '5 seconds')) m ON u.w = m.w AND u.id = m.top",
+         ("w", NUMBER), ("w",)),
+        ("SELECT k, COUNT(*) AS n FROM (SELECT uid AS k FROM orders UNION ALL SELECT id FROM users) u GROUP BY k",
+         ("k",), ("k",)),  # a UNION ALL in FROM: each branch's column holds the group value
+        # no columns identify a row: each group's rows are numbered
+        ("SELECT o.uid, o.oid FROM orders o JOIN (SELECT uid, note, MAX(total) AS top FROM orders GROUP BY uid, note) m "
+         "ON o.uid = m.uid AND o.total = m.top", ("uid", NUMBER), ("uid",)),  # an order may meet several rows of m
+        ("SELECT u.id, u.name, s.amount FROM shopping s JOIN users u ON s.user_id = u.id", ("id", NUMBER), ("id",)),
+        ("SELECT region, COUNT(*) AS n FROM users GROUP BY region, name HAVING n > 1", ("region", NUMBER),
+         ("region",)),  # by region (a coarser group), as name is not selected
     ],
 )
 def test_queries_maintained_by_group(query: str, key: tuple[str, ...], columns: tuple[str, ...]) -> None:
@@ -84,26 +97,21 @@ def test_distinct_and_time_windows_are_aggregates(query: str) -> None:
     [
         ("SELECT name FROM users", "key (id) is not selected"),
         ("SELECT COUNT(*) FROM users", "without GROUP BY"),
-        ("SELECT region, COUNT(*) AS n FROM users GROUP BY region, name HAVING n > 1", "does not select users.name"),
         ("SELECT id, COUNT(*) AS n FROM users WHERE id > (SELECT AVG(id) FROM users) GROUP BY id", "outside FROM"),
         ("SELECT * FROM (SELECT id, rank() OVER (PARTITION BY region ORDER BY id) r FROM users) WHERE r < 3",
          "does not select users.region"),
         ("SELECT DISTINCT * FROM (SELECT region, name FROM users)", "share no source column"),
-        ("SELECT region, COUNT(*) FROM (SELECT DISTINCT name, region FROM users) GROUP BY region, name "
-         "HAVING COUNT(*) > 1", "does not select users.name"),
         ("SELECT name, n FROM (SELECT name, COUNT(*) n FROM users GROUP BY name) JOIN "
          "(SELECT region FROM users GROUP BY region) ON n = 1", "share no source column"),
         ("SELECT a.region, a.n FROM (SELECT region, COUNT(*) n FROM users GROUP BY region) a JOIN "
          "(SELECT region, MAX(id) m FROM users GROUP BY region) b ON a.n = b.m", "does not match users.region"),
-        ("SELECT h, COUNT(*) n FROM (SELECT date_trunc('HOUR', ts) AS h FROM users) GROUP BY h HAVING n > 1",
-         "share no source column"),
         ("SELECT id, COUNT(*) OVER w FROM users WINDOW w AS (PARTITION BY id)", "named WINDOW"),
-        ("SELECT o.uid, o.oid FROM orders o JOIN (SELECT uid, note, MAX(total) AS top FROM orders GROUP BY uid, note) m "
-         "ON o.uid = m.uid AND o.total = m.top", "has no key"),  # an order may meet several rows of m
         ("SELECT u.region, MAX(u.id) FROM users u JOIN orders o ON u.id = o.uid GROUP BY u.region HAVING MAX(u.id) > 1",
          "JOIN orders AS o does not match users.region"),
         ("SELECT region, MAX(id) FROM users u JOIN orders o ON u.id = o.uid GROUP BY region HAVING MAX(id) > 1",
          "qualify it"),
+        ("SELECT k, COUNT(*) AS n FROM (SELECT uid AS k FROM orders UNION ALL SELECT oid FROM orders) GROUP BY k",
+         "orders holds a group value in two columns (oid, uid)"),
         ("SELECT id FROM users ORDER BY id", "ORDER BY / LIMIT"),
         ("SELECT id FROM users UNION SELECT oid FROM orders", "UNION (without ALL)"),
         ("SELECT id FROM users UNION ALL SELECT oid FROM orders", "needs a key: select a different constant"),
@@ -115,10 +123,13 @@ def test_distinct_and_time_windows_are_aggregates(query: str) -> None:
         ("SELECT o.oid, u.id FROM orders o JOIN users u ON o.uid > u.id", "no equality"),
         ("SELECT id, rank() OVER (ORDER BY id) FROM users", "window"),
         ("SELECT id FROM users WHERE id IN (SELECT uid FROM orders)", "subqueries"),
-        ("SELECT region, SUM(id) FROM users GROUP BY region, name", "not in the select list"),
-        ("SELECT u.id, u.name FROM orders o JOIN users u ON o.uid = u.id", "has no key"),
-        ("SELECT o.oid FROM orders o JOIN users u ON o.uid = u.id LEFT JOIN shopping s ON s.user_id = u.id",
-         "LEFT JOIN among more than two tables"),
+        ("SELECT u.name, o.total FROM orders o JOIN users u ON o.uid = u.id", "has no key"),  # nor the join column
+        ("SELECT u.region, COUNT(*) AS n FROM orders o LEFT JOIN users u ON o.uid = u.id LEFT JOIN shopping s "
+         "ON s.user_id = u.id GROUP BY u.region", "GROUP BY over LEFT joins of more than two tables"),
+        ("SELECT u.name FROM orders o LEFT JOIN users u ON o.uid = u.id LEFT JOIN shopping s ON s.user_id = u.id",
+         "select a column of orders"),
+        ("SELECT o.oid FROM orders o JOIN users u ON o.uid = u.id FULL JOIN shopping s ON s.user_id = u.id",
+         "FULL JOIN among more than two tables"),
         ("SELECT o.oid FROM orders o JOIN users u ON o.uid = u.id JOIN users v ON v.id = o.oid", "self-joins"),
         ("SELECT o.oid FROM orders o JOIN users u ON o.uid = u.id CROSS JOIN shopping s", "CROSS JOIN"),
     ],
@@ -128,6 +139,23 @@ def test_other_queries_fall_back_to_full_refresh_with_a_reason(query: str, reaso
     assert plan.kind == "full_refresh"
     assert reason in plan.reason
     assert plan.explain().startswith("full refresh: ") and reason in plan.explain()
+
+
+@pytest.mark.parametrize(
+    ("query", "key", "columns"),
+    [
+        ("SELECT o.oid, u.name, s.amount FROM orders o LEFT JOIN users u ON o.uid = u.id LEFT JOIN shopping s "
+         "ON s.user_id = u.id", ("oid", NUMBER), ("oid",)),  # a user's purchases repeat an order: numbered
+        ("SELECT s.user_id, u.name, o.oid FROM shopping s LEFT JOIN users u ON s.user_id = u.id LEFT JOIN orders o "
+         "ON o.uid = u.id", ("user_id", NUMBER), ("user_id",)),  # no key: by the column it is joined on
+    ],
+)
+def test_left_joins_of_more_tables_by_group_of_the_from_table(query: str, key: tuple, columns: tuple[str, ...]) -> None:
+    plan = plan_query(query, SHAPES)
+    assert (plan.kind, plan.key, plan.group_columns) == ("groups", key, columns)
+    assert plan.explain().startswith("incremental groups: LEFT joins of")
+    assert set(plan.reach) == set(plan.sources) - set(plan.group_sources)  # each other table finds its groups
+    assert all(q.startswith(f"SELECT {query.split()[1].split('.')[0]}.") and "WHERE" not in q for q in plan.reach.values())
 
 
 def test_shapes_flow_down_the_pipeline() -> None:
@@ -164,9 +192,9 @@ def test_the_nexmark_pipeline_maintains_its_queries_incrementally_where_it_can()
     assert {n: str(p.kind) for n, p in plans.items()} == {
         "q0": "projection", "q1": "projection", "q2": "projection", "q3": "join", "q9": "groups",
         "q15": "aggregate", "q16": "aggregate", "q17": "aggregate", "q18": "groups", "q19": "groups",
-        "q21": "projection", "q22": "projection",
-        # recomputed, each for a reason explain gives
-        "q4": "full_refresh", "q5": "full_refresh", "q7": "full_refresh", "q8": "full_refresh", "q20": "full_refresh",
+        "q21": "projection", "q22": "projection", "q5": "groups", "q7": "groups", "q8": "groups", "q20": "groups",
+        "q4": "full_refresh",  # recomputed, for the reason explain gives:
     }
     assert "does not match auction.category" in plans["q4"].reason  # bids hold no category
-    assert "has no key" in plans["q20"].reason  # bids only grow and have no key; auctions change
+    assert plans["q20"].key == ("auction", NUMBER)  # bids only grow and have no key: numbered by auction
+    assert plans["q5"].group_sources == {"bid": ("WINDOW(date_time, '10 seconds', '2 seconds')",)}  # by window

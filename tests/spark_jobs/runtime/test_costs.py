@@ -1,4 +1,4 @@
-"""Recomputing a large table while that is cheaper than applying its changes, probing now and then."""
+"""Recomputing a table while that is cheaper than applying its changes, probing now and then."""
 
 from __future__ import annotations
 
@@ -27,4 +27,11 @@ def test_while_recomputing_wins_every_tenth_barrier_applies_the_changes_again() 
         choice.measured(whole, 4.0 if whole else 9.0)
     assert ways.count(False) == 2 and not ways[PROBE_EVERY - 1] and all(ways[:PROBE_EVERY - 1])
     choice.measured(whole=False, seconds=1.0)  # the changes got near each other: applying wins again
+    assert not choice.whole()
+
+
+def test_probing_every_barrier_always_applies_the_changes() -> None:
+    choice = CostChoice(probe_every=1)  # (tests of the incremental paths)
+    choice.measured(whole=True, seconds=1.0)
+    choice.measured(whole=False, seconds=9.0)
     assert not choice.whole()
