@@ -81,6 +81,8 @@ class DeltaSink:
     sources: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
     # (generation, barrier) -> fingerprint of the query that computed that commit
     queries: dict[tuple[int, int], str] = field(default_factory=dict)
+    # (generation, barrier) -> what the job had measured of its ways to a barrier (``costs.CostChoice``)
+    costs: dict[tuple[int, int], dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.written = False  # whether the last ``commit`` ran its write (else Delta had it already)
@@ -132,6 +134,8 @@ class DeltaSink:
                     self.sources[at] = {str(k): int(v) for k, v in meta["sources"].items()}
                 if "query" in meta:
                     self.queries[at] = str(meta["query"])
+                if isinstance(meta.get("costs"), dict):
+                    self.costs[at] = {str(k): float(v) for k, v in meta["costs"].items()}
         self._history_loaded = True
 
     def ensure_history(self) -> None:
@@ -149,12 +153,14 @@ class DeltaSink:
         return f"{self.job_id}#g{generation}"
 
     def metadata(self, barrier: int, generation: int, sources: dict[str, int] | None = None,
-                 query: str | None = None) -> str:
+                 query: str | None = None, costs: dict[str, float] | None = None) -> str:
         meta: dict[str, object] = {"barrier": barrier, "job": self.job_id, "generation": generation}
         if sources is not None:
             meta["sources"] = sources
         if query is not None:
             meta["query"] = query
+        if costs:
+            meta["costs"] = costs
         return json.dumps(meta)
 
     def version_at(self, barrier: int, generation: int) -> int:
@@ -178,10 +184,11 @@ class DeltaSink:
 
     def commit(self, barrier: int, generation: int, write: Callable[[], None],
                sources: dict[str, int] | None = None, query: str | None = None,
-               watch: Stopwatch | None = None) -> int:
+               watch: Stopwatch | None = None, costs: dict[str, float] | None = None) -> int:
         """Run ``write`` under the barrier's txn; return the version that holds the barrier.
-        ``sources`` (an intermediate job's source versions) and ``query`` (a fingerprint of its
-        query) are kept in the commit's metadata, so a restarted job knows what its table reflects.
+        ``sources`` (an intermediate job's source versions), ``query`` (a fingerprint of its
+        query) and ``costs`` (what it measured of its ways to a barrier) are kept in the commit's
+        metadata, so a restarted job knows what its table reflects and what each way cost.
         ``watch`` times the phases: upkeep (waiting for the last one), write, lookup."""
         self.written = False
         self.ensure_history()
@@ -195,7 +202,7 @@ class DeltaSink:
         with watch.phase("upkeep"):
             self._finish_upkeep()
         with watch.phase("write"), barrier_txn(self.spark, self.app_id(generation), barrier,
-                                               self.metadata(barrier, generation, sources, query),
+                                               self.metadata(barrier, generation, sources, query, costs),
                                                None if self.exists else NEW_TABLE_DEFAULTS):
             write()
         if not self.exists:
@@ -215,6 +222,8 @@ class DeltaSink:
                 self.sources[(generation, barrier)] = dict(sources)
             if query is not None:
                 self.queries[(generation, barrier)] = query
+            if costs:
+                self.costs[(generation, barrier)] = dict(costs)
             return version
         self._load_history()  # the write was a no-op: find the version of the earlier commit
         return self.versions.get((generation, barrier), self.version_at(barrier, generation))

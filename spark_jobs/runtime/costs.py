@@ -8,7 +8,8 @@ star join, 9 s against 3.8 s); and a barrier of applied changes pays a fixed cos
 a million events: 2.6 s against 0.9 s). Neither is known in advance, so the job measures both: the
 first barrier is always a recomputation; while the changes' barriers cost more than that, the
 next ones recompute, and every ``PROBE_EVERY``-th of them applies the changes again to learn
-whether they got cheaper. Both ways give the same table, so only the cost differs.
+whether they got cheaper. Both ways give the same table, so only the cost differs. Each
+commit keeps what was measured, so a restarted job goes on choosing from it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,17 @@ class CostChoice:
         if self.whole_s is None or self.applied_s is None or self.applied_s <= self.whole_s * MARGIN:
             return False
         return self.since_probe + 1 < self.probe_every
+
+    def state(self) -> dict[str, float]:
+        """What was measured, for a commit's metadata (a restarted job goes on from it)."""
+        found = {"whole_s": self.whole_s, "applied_s": self.applied_s, "since_probe": float(self.since_probe)}
+        return {k: v for k, v in found.items() if v is not None}
+
+    def restore(self, state: dict[str, float]) -> None:
+        """Go on from ``state`` (``state()`` of an earlier run of the job), if nothing was measured yet."""
+        if self.whole_s is None and self.applied_s is None:
+            self.whole_s, self.applied_s = state.get("whole_s"), state.get("applied_s")
+            self.since_probe = int(state.get("since_probe", 0))
 
     def measured(self, whole: bool, seconds: float) -> None:
         """Record a barrier's cost, taken the way it went."""

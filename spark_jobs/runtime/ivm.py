@@ -214,7 +214,12 @@ class TableMaintainer:
         if last is None or self.sink.queries.get((work.generation, last[0]), self.query_id) != self.query_id:
             return None
         sources = self.sink.sources.get((work.generation, last[0]))
+        self.costs.restore(self.sink.costs.get((work.generation, last[0]), {}))  # (a restart: measured before)
         return None if sources is None else (sources, last[1])
+
+    def _costs(self) -> dict[str, float] | None:
+        """What the job measured of its ways to a barrier, kept with the commit (incremental plans)."""
+        return self.costs.state() if self.plan.incremental else None
 
     def _recompute(self, work: BarrierWork) -> tuple[int, tuple[int, int, int]]:
         """Compute the whole table from the sources' snapshots at the barrier and overwrite it
@@ -229,7 +234,7 @@ class TableMaintainer:
         version = self.sink.commit(
             work.barrier, work.generation,
             lambda: self._clustered(counted).mode("overwrite").option("overwriteSchema", "true").save(path),
-            work.source_versions, self.query_id, self.watch,
+            work.source_versions, self.query_id, self.watch, self._costs(),
         )
         rows = int(observation.get["rows"]) if self.sink.written else 0
         return version, (rows, rows, 0)
@@ -265,7 +270,7 @@ class TableMaintainer:
             if write is None:
                 return self._merged(net, old_sink, work)
             version = self.sink.commit(work.barrier, work.generation, write, work.source_versions, self.query_id,
-                                       self.watch)
+                                       self.watch, self._costs())
             changed = int(observation.get["changed"]) if self.sink.written else 0
             return version, (changed, changed, 0)
         finally:
@@ -294,7 +299,7 @@ class TableMaintainer:
             work.barrier, work.generation,
             lambda: merge_by_key(self.spark, self.sink.path, changes, key, self._columns(), DELETE, null_safe=True,
                                  target=target),
-            work.source_versions, self.query_id, self.watch)
+            work.source_versions, self.query_id, self.watch, self._costs())
         return version, (changed, changed, 0)
 
     def _clustered(self, frame: DataFrame) -> DataFrameWriter:

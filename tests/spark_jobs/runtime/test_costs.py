@@ -35,3 +35,15 @@ def test_probing_every_barrier_always_applies_the_changes() -> None:
     choice.measured(whole=True, seconds=1.0)
     choice.measured(whole=False, seconds=9.0)
     assert not choice.whole()
+
+
+def test_a_restarted_job_goes_on_from_what_an_earlier_run_measured() -> None:
+    earlier = CostChoice()
+    earlier.measured(whole=True, seconds=4.0)
+    earlier.measured(whole=False, seconds=9.0)
+    restarted = CostChoice()
+    restarted.restore(earlier.state())
+    assert restarted.whole() and restarted.state() == {"whole_s": 4.0, "applied_s": 9.0, "since_probe": 0.0}
+    restarted.measured(whole=True, seconds=3.0)
+    restarted.restore(earlier.state())  # measured since: kept
+    assert restarted.whole_s == 3.0
