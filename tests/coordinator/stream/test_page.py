@@ -57,7 +57,9 @@ def test_the_page_draws_a_running_pipeline_and_keeps_up(
                for tr in browser.find_elements(By.CSS_SELECTOR, "#columns tbody tr")]
     assert lineage == [["per_user.user_id", "clicks.user_id"], ["per_user.total", "clicks.n"]], lineage
     # it updates itself: the newest barrier on the timeline moves on, and the plots draw (uPlot canvases)
-    newest = lambda b: b.find_elements(By.CSS_SELECTOR, "#timeline span")[-1].get_attribute("title")  # noqa: E731
+    # read in the page in one step: the timeline redraws its spans between two WebDriver calls (a stale element)
+    newest = lambda b: b.execute_script(  # noqa: E731
+        "const s = document.querySelectorAll('#timeline span'); return s.length ? s[s.length - 1].title : null")
     first = newest(browser)
     wait.until(lambda b: newest(b) != first)
     wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".plots canvas")) == 3)
