@@ -213,16 +213,15 @@ class _Scope:
         if node.find(exp.AggFunc, exp.Window, exp.Select, exp.Rand, exp.Star) or any(
                 f.name.lower() in _RANDOM for f in node.find_all(exp.Anonymous)):
             return None
-        found = {id(c): self.origin(select, c, aliases=False) for c in node.find_all(exp.Column)}
-        if not found or None in found.values() or len({m[0] for m in found.values() if m}) != 1:
+        found = [self.origin(select, c, aliases=False) for c in node.find_all(exp.Column)]
+        held = [m for m in found if m is not None]
+        sources = {t for t, _ in held}
+        if not found or len(held) != len(found) or len(sources) != 1:
             return None
         copy = node.copy()
-        for original, column in zip(node.find_all(exp.Column), list(copy.find_all(exp.Column)), strict=True):
-            member = found[id(original)]
-            assert member is not None
-            column.replace(exp.column(member[1], quoted=not _SIMPLE.fullmatch(member[1])))
-        (source,) = {m[0] for m in found.values() if m}
-        return source, copy.sql(dialect=SPARK)
+        for (_, name), column in zip(held, list(copy.find_all(exp.Column)), strict=True):
+            column.replace(exp.column(name, quoted=not _SIMPLE.fullmatch(name)))
+        return sources.pop(), copy.sql(dialect=SPARK)
 
     def output(self, body: exp.Expression, name: str) -> Member | None:
         """The source column (or ``computed`` expression) the query ``body`` outputs as ``name``

@@ -319,17 +319,26 @@ def _many_joins(first: exp.Table, joins: list[exp.Join], aliases: dict[str, str]
     for join in joins:
         if not isinstance(join.this, exp.Table):
             raise Unsupported(f"joined relation {join.this.sql(dialect=SPARK)[:60]} is not a plain table")
-        side, kind = ((join.args.get(a) or "").upper() for a in ("side", "kind"))
-        if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER") or (side == "" and kind == "OUTER"):
-            raise Unsupported(f"{' '.join(x for x in (side, kind) if x)} JOIN among more than two tables is not "
-                              "maintained incrementally (INNER and LEFT joins are)")
+        side, what = _side(join)
+        if side is None:
+            raise Unsupported(f"{what} JOIN among more than two tables is not maintained incrementally (INNER and "
+                              "LEFT joins are)")
         if not join.args.get("on") and not join.args.get("using"):
             raise Unsupported(f"JOIN {join.this.name} has no ON or USING (a cross join)")
         if join.this.name in aliases.values():
             raise Unsupported("self-joins are not maintained incrementally")
         aliases[join.this.alias_or_name] = join.this.name
-        sides.add(side or "INNER")
+        sides.add(side)
     return _Joined((first.name, *(j.this.name for j in joins)), {}, "LEFT" if "LEFT" in sides else "INNER")
+
+
+def _side(join: exp.Join) -> tuple[str | None, str]:
+    """INNER or LEFT (None for any other join), and how the query spells it."""
+    side, kind = ((join.args.get(a) or "").upper() for a in ("side", "kind"))
+    spelt = " ".join(x for x in (side, kind) if x)
+    if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER") or (side == "" and kind == "OUTER"):
+        return None, spelt
+    return side or "INNER", spelt
 
 
 def _relations(tree: exp.Select) -> tuple[dict[str, str], _Joined | None]:
@@ -346,11 +355,9 @@ def _relations(tree: exp.Select) -> tuple[dict[str, str], _Joined | None]:
     join = join_list[0]
     if not isinstance(join.this, exp.Table):
         raise Unsupported("the joined relation is not a plain table")
-    side = (join.args.get("side") or "").upper()
-    kind = (join.args.get("kind") or "").upper()
-    if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER") or (side == "" and kind == "OUTER"):
-        raise Unsupported(f"{' '.join(x for x in (side, kind) if x) or 'this'} JOIN is not maintained incrementally "
-                          "(INNER and LEFT are)")
+    side, what = _side(join)
+    if side is None:
+        raise Unsupported(f"{what or 'this'} JOIN is not maintained incrementally (INNER and LEFT are)")
     left, right = source.this, join.this
     if left.name == right.name:
         raise Unsupported("self-joins are not maintained incrementally")
@@ -372,7 +379,7 @@ def _relations(tree: exp.Select) -> tuple[dict[str, str], _Joined | None]:
                     raise Unsupported(f"join condition {conjunct.sql()}: qualify both columns with their table")
     if not columns[left.name]:
         raise Unsupported("the join has no equality between a column of each table")
-    return aliases, _Joined((left.name, right.name), {k: tuple(v) for k, v in columns.items()}, side or "INNER")
+    return aliases, _Joined((left.name, right.name), {k: tuple(v) for k, v in columns.items()}, side)
 
 
 def _classify(items: list[exp.Expression], group: list[exp.Expression]) -> tuple[tuple[int, ...], tuple[Aggregate, ...]]:
@@ -545,8 +552,7 @@ def _left_joins_plan(tree: exp.Select, items: list[exp.Expression], aliases: dic
     key_columns = shapes.get(first, UNKNOWN).key or ()
     chosen = [(c, _named(items, alias, c)) for c in key_columns]
     if not key_columns or not all(name for _, name in chosen):  # else the first column it is joined on
-        joined = [c.name for j in tree.args["joins"] for eq in conjuncts(j.args.get("on")) if isinstance(eq, exp.EQ)
-                  for c in (eq.this, eq.expression) if isinstance(c, exp.Column) and c.table == alias]
+        joined = [c for pair in _equated(tree, aliases) for t, c in sorted(pair) if t == first]
         chosen = [(c, name) for c in joined for name in [_named(items, alias, c)] if name][:1]
     if not chosen:
         raise Unsupported(f"LEFT joins of more than two tables: select a column of {first} (its key, or a column "
