@@ -22,7 +22,8 @@ Shapes maintained incrementally, all correct under upstream updates and deletes:
   join key changed are recomputed from the other side's Delta snapshot (old and new versions),
   so no state of either side is copied into the job. INNER joins of three or more tables (star
   or chain) follow the delta rule: each changed table's changes joined with the others'
-  snapshots. A table joined on its whole key to another's columns adds no key column.
+  snapshots. A table joined on its whole key to another's columns adds no key column. LEFT
+  joins of three or more tables, grouped or not, are kept by group of the FROM table's rows.
 
 Example::
 
@@ -197,7 +198,16 @@ def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple
     tree = _distinct_as_group(tree)
     features = _group_features(tree)
     if features:
-        return Plan(query=tree.sql(dialect=SPARK), sources=sources, **_groups_plan(tree, shapes, sources, features))
+        try:
+            parts = _groups_plan(tree, shapes, sources, features)
+        except Unsupported:
+            if features != ["HAVING"]:
+                raise
+            aliases, join = _relations(tree)  # HAVING over LEFT joins of more tables: by group of the FROM table
+            if join is None or join.side != "LEFT" or join.columns:
+                raise
+            parts = _left_joins_plan(tree, list(tree.expressions), aliases, shapes, join)
+        return Plan(query=tree.sql(dialect=SPARK), sources=sources, **parts)
     aliases, join = _relations(tree)
     items = list(tree.expressions)
     grouped = bool(tree.args.get("group")) or any(isinstance(i.unalias(), exp.AggFunc) for i in items)
@@ -293,7 +303,10 @@ def _groups_plan(tree: exp.Select, shapes: Mapping[str, TableShape], sources: tu
     try:
         groups = groups_of(tree, sources, {s: shapes.get(s, UNKNOWN).key for s in sources})
     except NotGrouped as exc:
-        raise Unsupported(f"{what}: {exc}") from exc
+        nested = tree.args.get("group") and any(s is not tree and s.args.get("group") for s in tree.find_all(exp.Select))
+        hint = ("; an aggregate over an aggregate by other columns is kept incrementally when the inner query is a "
+                "table of its own (CREATE TABLE ... AS the subquery) that the outer query reads") if nested else ""
+        raise Unsupported(f"{what}: {exc}{hint}") from exc
     of = ", ".join(f"{s}({', '.join(c)})" for s, c in groups.sources.items())
     numbered = "" if groups.key else ", numbered within their group (no columns identify a row)"
     return PlanParts(kind=PlanKind.GROUPS, key=groups.key or (*groups.columns, NUMBER), group_columns=groups.columns,
@@ -491,9 +504,6 @@ def _join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str,
     alias_of = {t: a for a, t in aliases.items()}
     columns = join.columns
     if join.side == "LEFT" and not columns:
-        if grouped:
-            raise Unsupported("GROUP BY over LEFT joins of more than two tables is not maintained incrementally "
-                              "(over INNER joins it is)")
         return _left_joins_plan(tree, items, aliases, shapes, join)
     if columns:
         left, right = join.tables
@@ -543,20 +553,30 @@ def _join_key(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, 
 def _left_joins_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, str],
                      shapes: Mapping[str, TableShape], join: _Joined) -> PlanParts:
     """LEFT (and INNER) joins of three or more tables, by group of the FROM table's rows: every
-    result row comes from one row of it, so the groups of a column of it that the result selects
-    (its key, else a column it is joined on) are recomputed when their rows, or rows they reach
-    in the other tables, change. Another table's changed rows find their groups by the joins up
+    result row comes from one row of it (or, grouped, from the rows of one of its GROUP BY
+    columns' values), so the groups of a column of it that the result selects (a GROUP BY
+    column, else its key, else a column it is joined on) are recomputed when their rows, or
+    rows they reach in the other tables, change. Another table's changed rows find their groups by the joins up
     to it (``Plan.reach``); its rows are read whole."""
     first = join.tables[0]
     alias = next(a for a, t in aliases.items() if t == first)
-    key_columns = shapes.get(first, UNKNOWN).key or ()
-    chosen = [(c, _named(items, alias, c)) for c in key_columns]
-    if not key_columns or not all(name for _, name in chosen):  # else the first column it is joined on
-        joined = [c for pair in _equated(tree, aliases) for t, c in sorted(pair) if t == first]
-        chosen = [(c, name) for c in joined for name in [_named(items, alias, c)] if name][:1]
-    if not chosen:
-        raise Unsupported(f"LEFT joins of more than two tables: select a column of {first} (its key, or a column "
-                          "it is joined on) as it is, so a change's rows can be found by it")
+    group = list(tree.args["group"].expressions) if tree.args.get("group") else []
+    if group:  # every result row is one group: of the FROM table's GROUP BY columns
+        chosen = [(g.name, name) for g in group if isinstance(g, exp.Column) and g.table == alias
+                  for name in [_named(items, alias, g.name)] if name]
+        if not chosen:
+            raise Unsupported(f"GROUP BY over LEFT joins of more than two tables: group by a column of {first} "
+                              f"(qualified, e.g. {alias}.column, and selected as it is) too, so a change's groups "
+                              "can be found by it")
+    else:
+        key_columns = shapes.get(first, UNKNOWN).key or ()
+        chosen = [(c, _named(items, alias, c)) for c in key_columns]
+        if not key_columns or not all(name for _, name in chosen):  # else the first column it is joined on
+            joined = [c for pair in _equated(tree, aliases) for t, c in sorted(pair) if t == first]
+            chosen = [(c, name) for c in joined for name in [_named(items, alias, c)] if name][:1]
+        if not chosen:
+            raise Unsupported(f"LEFT joins of more than two tables: select a column of {first} (its key, or a "
+                              "column it is joined on) as it is, so a change's rows can be found by it")
     source_columns = tuple(c for c, _ in chosen)
     names = tuple(n for _, n in chosen if n)
     groups = [exp.column(c, table=alias).as_(f"{HIDDEN}g{i}") for i, c in enumerate(source_columns)]
@@ -571,12 +591,19 @@ def _left_joins_plan(tree: exp.Select, items: list[exp.Expression], aliases: dic
                 j.set("side", None)
                 j.set("kind", None)
         reach[other] = path.sql(dialect=SPARK)
-    key = _join_key(tree, items, aliases, shapes, join)
+    key = _grouped_key(items, group) if group else _join_key(tree, items, aliases, shapes, join)
     return PlanParts(kind=PlanKind.GROUPS, key=key or (*names, NUMBER), group_columns=names,
                      group_sources={first: source_columns}, reach=reach,
                      reason=f"LEFT joins of {', '.join(join.tables)}, by group of {first}({', '.join(source_columns)}): "
                             f"the groups whose rows, or the rows they join in {', '.join(join.tables[1:])}, changed "
                             "are recomputed and replace their rows" + ("" if key else ", numbered within their group"))
+
+
+def _grouped_key(items: list[exp.Expression], group: list[exp.Expression]) -> tuple[int, ...] | None:
+    """The select positions of every GROUP BY expression (None if one is not selected)."""
+    found = [next((p for p, i in enumerate(items) if i.unalias() == g or (i.alias and i.alias == g.name)), None)
+             for g in group]
+    return None if None in found else tuple(p for p in found if p is not None)
 
 
 def _named(items: list[exp.Expression], alias: str, column: str) -> str | None:

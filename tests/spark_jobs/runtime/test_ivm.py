@@ -141,10 +141,12 @@ def maintained_equal_their_queries(spark: SparkSession, warehouse: Path, rng: ra
                                    queries: dict[str, tuple[str, str]],
                                    emptied: Callable[[int, str, Row], bool] = lambda b, t, r: False) -> None:
     """Maintain ``queries`` (name -> SQL, the plan kind it must get) over randomly changed
-    ``roots`` for three barriers (the first computed whole, then rewritten, then MERGEd after a
-    restart); after each, every table must hold the rows of its query run by Spark over the same
-    snapshots, as a multiset (table EXCEPT ALL query and query EXCEPT ALL table both empty).
-    ``emptied(barrier, table, row)`` deletes rows besides the random ones."""
+    ``roots`` for four barriers: the first computed whole, the second's changes applied by a
+    rewrite, the third a revision (a new generation: recomputed) after a restart, the fourth's
+    changes MERGEd after another restart (from the revised table's commits). After each, every
+    table must hold the rows of its query run by Spark over the same snapshots, as a multiset
+    (table EXCEPT ALL query and query EXCEPT ALL table both empty). ``emptied(barrier, table,
+    row)`` deletes rows besides the random ones."""
     sinks = {n: DeltaSink(spark, str(warehouse / n), f"ingest_{n}", r.ddl) for n, r in roots.items()}
     key = {n: (r.ddl.split()[0],) if r.keyed else () for n, r in roots.items()}
     options = {n: f"'source'='kafka:{n}'" + (f", 'primary_key'='{key[n][0]}'" if key[n] else "") for n in roots}
@@ -166,10 +168,10 @@ def maintained_equal_their_queries(spark: SparkSession, warehouse: Path, rng: ra
     rows: dict[str, dict[int, Row]] = {n: {} for n in roots}
     versions = dict.fromkeys(roots, 0)
     filled: set[str] = set()
-    for barrier in range(1, 4):
+    for barrier in range(1, 5):
         for name, root in roots.items():
-            if barrier > 1 and rng.random() < 0.25:
-                continue  # this table does not change at this barrier
+            if barrier in (2, 3) and rng.random() < 0.25:
+                continue  # this table does not change at this barrier (every one changes at the MERGE's)
             if not root.keyed:  # new rows only, appended
                 frame = spark.createDataFrame([root.row(rng, 0) for _ in range(root.changes)], root.ddl)
                 versions[name] = sinks[name].commit(barrier, 1, lambda f=frame, n=name: (  # type: ignore[misc]
@@ -195,14 +197,19 @@ def maintained_equal_their_queries(spark: SparkSession, warehouse: Path, rng: ra
                 DeltaTable.forPath(spark, sinks[n].path).alias("t").merge(f.alias("s"), f"t.{c[0]} = s.{c[0]}")
                 .whenMatchedDelete("s.gone").whenMatchedUpdateAll()
                 .whenNotMatchedInsert("NOT s.gone", {x: f"s.{x}" for x in c}).execute()))
-        if barrier == 3:
+        if barrier >= 3:
             running = maintainers()  # a restart: nothing kept in memory
+        generation = 1 if barrier < 3 else 2  # revised from barrier 3 (as `lockstep revise` does)
         for name, maintainer in running.items():
-            maintainer.rewrite_limit_bytes = -1 if barrier % 2 else REWRITE_LIMIT_BYTES  # rewrite, then MERGE
-            maintainer.process(BarrierWork(barrier, 1, 0, source_versions={s: versions[s] for s in plans[name].sources}))
+            maintainer.rewrite_limit_bytes = REWRITE_LIMIT_BYTES if barrier == 2 else -1  # rewrite, else MERGE
+            maintainer.process(BarrierWork(barrier, generation, 0,
+                                           source_versions={s: versions[s] for s in plans[name].sources}))
             got = spark.read.format("delta").option("versionAsOf", completions.seen[(name, barrier)]).load(
                 str(warehouse / name))
             got = got.select(*[c for c in got.columns if not c.startswith("__lockstep_")])
+            if barrier == 3:  # the revision: the table recomputed whole, in the new generation
+                (last,) = DeltaTable.forPath(spark, str(warehouse / name)).history(1).collect()
+                assert (last["operation"], '"generation": 2' in last["userMetadata"]) == ("WRITE", True), name
             for source in plans[name].sources:  # (the maintainers bind the sources to what they read: bind again)
                 read_version(spark, sinks[source].path, versions[source]).createOrReplaceTempView(source)
             # as multisets: both directions of EXCEPT ALL are empty (compared here, the tables are small)
@@ -252,8 +259,8 @@ def test_joins_equal_their_query_over_each_snapshot(spark: SparkSession, tmp_pat
     """A star (bids with their auction, bidder and category), a chain (bids -> auctions ->
     sellers) grouped, groups over joins (each auction's winning bid; bids at their auction's top
     price), a UNION ALL of joins and a projection, an aggregate over a UNION ALL, and LEFT joins of
-    four and three tables (star and chain), every table changing (join keys too, some NULL)
-    barrier after barrier."""
+    four and three tables (star and chain, one grouped with HAVING), every table changing (join
+    keys too, some NULL) barrier after barrier."""
     maintained_equal_their_queries(spark, tmp_path / "wh", random.Random(5), {
         "bids": Root(BIDS, 60, bid),
         "auctions": Root("id BIGINT, seller BIGINT, category BIGINT", 5, lambda r, k: (
@@ -280,6 +287,10 @@ def test_joins_equal_their_query_over_each_snapshot(spark: SparkSession, tmp_pat
                       "ON a.category = c.id", "groups"),
         "left_chain": ("SELECT b.auction, b.price, p.city FROM bids b LEFT JOIN auctions a ON b.auction = a.id "
                        "LEFT JOIN persons p ON a.seller = p.id WHERE b.price > 1", "groups"),
+        "left_grouped": ("SELECT b.bidder, p.city, COUNT(*) AS n, SUM(b.price) AS total, MAX(c.label) AS label FROM "
+                         "bids b LEFT JOIN auctions a ON b.auction = a.id LEFT JOIN persons p ON a.seller = p.id LEFT "
+                         "JOIN categories c ON a.category = c.id GROUP BY b.bidder, p.city HAVING COUNT(*) >= 2",
+                         "groups"),
         "mentions": ("SELECT k, COUNT(*) AS n, MAX(price) AS top FROM (SELECT auction AS k, price FROM bids "
                      "UNION ALL SELECT id, NULL FROM auctions WHERE seller IS NOT NULL) u GROUP BY k", "groups"),
     })
