@@ -280,15 +280,15 @@ class TableMaintainer:
 
     def _merged(self, net: DataFrame, old_sink: int, work: BarrierWork) -> tuple[int, tuple[int, int, int]]:
         """MERGE the changed rows (upserts and deletes by key) into a large table."""
-        if self.plan.aggregated:
-            new = self._keep(self._group_values(net, old_sink, whole=False))
-            rows = self._redo(new.where(F.col(ROWS) > 0), work).drop("_changed").withColumn(DELETE, F.lit(False))
-            changes = rows.unionByName(self._deletes(new.where(F.col(ROWS) <= 0), self._key()))
-        else:
-            changes = self._by_key(net)
-        changes = self._keep(changes)
         key = self._key()
         with self.watch.phase("changes"):
+            if self.plan.aggregated:  # (groups that lost their MIN/MAX are recomputed here: an action)
+                new = self._keep(self._group_values(net, old_sink, whole=False))
+                rows = self._redo(new.where(F.col(ROWS) > 0), work).drop("_changed").withColumn(DELETE, F.lit(False))
+                changes = rows.unionByName(self._deletes(new.where(F.col(ROWS) <= 0), key))
+            else:
+                changes = self._by_key(net)
+            changes = self._keep(changes)
             changed = changes.count()  # computes the change once; the MERGE reads it from the cache
             # few changed keys: the MERGE opens only the files whose key ranges may hold them
             target = within(changes.select(*key).collect(), [(f"t.`{k}`", k) for k in key]) \
