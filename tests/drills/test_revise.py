@@ -29,14 +29,15 @@ CREATE TABLE events (k BIGINT, v BIGINT) WITH ('source' = 'kafka:{topic}', 'form
 CREATE TABLE mid AS SELECT k, SUM(v) AS total FROM events {where} GROUP BY k;
 CREATE TABLE top AS SELECT COUNT(*) AS groups, SUM(total) AS grand FROM mid;
 CREATE TABLE counts AS SELECT k, COUNT(*) AS n FROM events GROUP BY k;
+CREATE TABLE busy AS SELECT k, COUNT(*) AS n, MAX(v) AS top FROM events GROUP BY k HAVING COUNT(*) >= 3;
 """
 WRONG = "WHERE v % 3 <> 0"  # the bug: drops every third value
-TABLES = ["events", "mid", "top", "counts"]
+TABLES = ["events", "mid", "top", "counts", "busy"]  # busy: kept by group (HAVING)
 
 
 
 class Reader(threading.Thread):
-    """Read-committed reads of all four tables until stopped; records every broken invariant."""
+    """Read-committed reads of all the tables until stopped; records every broken invariant."""
 
     def __init__(self, spark: SparkSession, settings: Settings) -> None:
         super().__init__(daemon=True)
@@ -58,7 +59,17 @@ class Reader(threading.Thread):
                 self.anomalies.append(f"barrier {snap.barrier}: top {top} but mid {mid}")
             if {r["k"]: r["n"] for r in rows["counts"]} != dict(Counter(r["k"] for r in rows["events"])):
                 self.anomalies.append(f"barrier {snap.barrier}: counts differ from events")
+            if {(r["k"], r["n"], r["top"]) for r in rows["busy"]} != busy([(r["k"], r["v"]) for r in rows["events"]]):
+                self.anomalies.append(f"barrier {snap.barrier}: busy differs from events")
             self.reads.append(snap.barrier or 0)
+
+
+def busy(events: list[tuple[int, int]]) -> set[tuple[int, int, int]]:
+    """The `busy` table's rows over these (k, v) records: keys with 3 records or more."""
+    by_key: dict[int, list[int]] = {}
+    for k, v in events:
+        by_key.setdefault(k, []).append(v)
+    return {(k, len(vs), max(vs)) for k, vs in by_key.items() if len(vs) >= 3}
 
 
 def check_after(spark: SparkSession, settings: Settings, state: MetaState, after: int, cuts: dict[int, int]) -> list[int]:
@@ -83,6 +94,7 @@ def check_after(spark: SparkSession, settings: Settings, state: MetaState, after
         (top,) = read("top", b)
         assert (top["groups"], top["grand"] or 0) == (len(totals), sum(totals.values())), f"top at barrier {b}"
         assert {r["k"]: r["n"] for r in read("counts", b)} == dict(Counter(k for k, _ in events)), f"counts at {b}"
+        assert {(r["k"], r["n"], r["top"]) for r in read("busy", b)} == busy(events), f"busy at barrier {b}"
     return checked
 
 
@@ -112,7 +124,8 @@ def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
         assert revised.returncode == 0, revised.stderr
         assert f"revising mid, top from barrier {revise_from}" in revised.stdout
         state, b = wait_for_barrier(settings, TABLES, send(30), topic)
-        assert {t: state.tables[t].generation for t in TABLES} == {"events": 0, "mid": 1, "top": 1, "counts": 0}
+        assert {t: state.tables[t].generation for t in TABLES} == {"events": 0, "mid": 1, "top": 1, "counts": 0,
+                                                                      "busy": 0}
 
         # (b) the root table's data went wrong after barrier b: revise it, re-ingest from b
         bad_from = b
@@ -124,7 +137,8 @@ def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
         assert revised.returncode == 0, revised.stderr
         assert "revising events, " in revised.stdout
         state, _ = wait_for_barrier(settings, TABLES, send(30), topic)
-        assert {t: state.tables[t].generation for t in TABLES} == {"events": 1, "mid": 2, "top": 2, "counts": 1}
+        assert {t: state.tables[t].generation for t in TABLES} == {"events": 1, "mid": 2, "top": 2, "counts": 1,
+                                                                      "busy": 1}
 
     # after both revisions, every exact point after the first revision's barrier is right
     checked = check_after(spark, settings, state, revise_from, cut_offsets(state))
@@ -137,7 +151,8 @@ def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
         state, _ = wait_for_barrier(settings, TABLES, send(30), topic)
     reader.stop.set()
     reader.join(60)
-    assert {t: state.tables[t].generation for t in TABLES} == {"events": 2, "mid": 3, "top": 3, "counts": 2}
+    assert {t: state.tables[t].generation for t in TABLES} == {"events": 2, "mid": 3, "top": 3, "counts": 2,
+                                                                  "busy": 2}
     assert len(check_after(spark, settings, state, 0, cut_offsets(state))) >= 2
     assert reader.anomalies == []
     assert len(reader.reads) >= 20, len(reader.reads)
