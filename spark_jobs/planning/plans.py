@@ -556,8 +556,8 @@ def _left_joins_plan(tree: exp.Select, items: list[exp.Expression], aliases: dic
     result row comes from one row of it (or, grouped, from the rows of one of its GROUP BY
     columns' values), so the groups of a column of it that the result selects (a GROUP BY
     column, else its key, else a column it is joined on) are recomputed when their rows, or
-    rows they reach in the other tables, change. Another table's changed rows find their groups by the joins up
-    to it (``Plan.reach``); its rows are read whole."""
+    rows they reach in the other tables, change. Another table's changed rows find their groups
+    by the joins up to it (``Plan.reach``); its rows are read whole."""
     first = join.tables[0]
     alias = next(a for a, t in aliases.items() if t == first)
     group = list(tree.args["group"].expressions) if tree.args.get("group") else []
