@@ -129,12 +129,13 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
         print(f"{initial:,} events written in {time.perf_counter() - t0:.1f}s; then {per_barrier:,} per barrier")
         publisher = CompletionPublisher(settings)
         suffix = {"incremental": "inc", "full refresh": "full"}
+        chains = {name: _chain(pipeline, name) for name in names}
+        plans = {t: plan_for(pipeline, tables[t]) for chain in chains.values() for t in chain}
         jobs: dict[tuple[str, str], TableMaintainer] = {}  # (table, how), each table after those it reads
         for name in names:
-            plan = plan_for(pipeline, tables[name])
-            print(f"{name}: {plan.explain()[:160]}")
-            for table in _chain(pipeline, name):
-                plan = plan_for(pipeline, tables[table])
+            print(f"{name}: {plans[name].explain()[:160]}")
+            for table in chains[name]:
+                plan = plans[table]
                 full = Plan(PlanKind.FULL_REFRESH, "the baseline", plan.query, sources=plan.sources)
                 for how, chosen in (("incremental", plan if plan.incremental else full), ("full refresh", full)):
                     if (table, how) not in jobs:
@@ -162,13 +163,12 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
                 spent[key] = process(key, b)
                 print(f"barrier {b} {key[0]:>4} {key[1]:<12} {spent[key]:6.2f}s ({phases(job)}{way(job)})")
             for name, how in times:  # a query's time: its table's and the tables it reads'
-                chain = _chain(pipeline, name)
-                times[(name, how)].append(sum(spent[(t, how)] for t in chain))
-                recomputed[name] += how == "incremental" and any(way(jobs[(t, how)]) for t in chain)
+                times[(name, how)].append(sum(spent[(t, how)] for t in chains[name]))
+                recomputed[name] += how == "incremental" and any(way(jobs[(t, how)]) for t in chains[name])
         print(f"\n{'query':<6} {'incremental':>12} {'full refresh':>13} {'full/inc':>9} {'events/s kept up':>17}")
         for name in names:
             full = statistics.median(times[(name, "full refresh")])
-            if not plan_for(pipeline, tables[name]).incremental:
+            if not plans[name].incremental:
                 print(f"{name:<6} {'-':>12} {full:12.2f}s {'-':>9} {per_barrier / full:17,.0f}  (full refresh only)")
                 continue
             inc = statistics.median(times[(name, "incremental")])

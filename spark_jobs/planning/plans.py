@@ -201,12 +201,10 @@ def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple
         try:
             parts = _groups_plan(tree, shapes, sources, features)
         except Unsupported:
-            if features != ["HAVING"]:
+            left = _left_joins(tree) if features == ["HAVING"] else None
+            if left is None:
                 raise
-            aliases, join = _relations(tree)  # HAVING over LEFT joins of more tables: by group of the FROM table
-            if join is None or join.side != "LEFT" or join.columns:
-                raise
-            parts = _left_joins_plan(tree, list(tree.expressions), aliases, shapes, join)
+            parts = _left_joins_plan(tree, list(tree.expressions), *left, shapes)  # by group of the FROM table
         return Plan(query=tree.sql(dialect=SPARK), sources=sources, **parts)
     aliases, join = _relations(tree)
     items = list(tree.expressions)
@@ -504,7 +502,7 @@ def _join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str,
     alias_of = {t: a for a, t in aliases.items()}
     columns = join.columns
     if join.side == "LEFT" and not columns:
-        return _left_joins_plan(tree, items, aliases, shapes, join)
+        return _left_joins_plan(tree, items, aliases, join, shapes)
     if columns:
         left, right = join.tables
         weight = f"{alias_of[left]}.{WEIGHT} * COALESCE({alias_of[right]}.{WEIGHT}, 1)"
@@ -550,8 +548,17 @@ def _join_key(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, 
     return tuple(p for t in join.tables for p in selected[t] or ()) if determined == set(join.tables) else None
 
 
-def _left_joins_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, str],
-                     shapes: Mapping[str, TableShape], join: _Joined) -> PlanParts:
+def _left_joins(tree: exp.Select) -> tuple[dict[str, str], _Joined] | None:
+    """The aliases and the join of a query over LEFT joins of three or more tables, else None."""
+    try:
+        aliases, join = _relations(tree)
+    except Unsupported:
+        return None
+    return (aliases, join) if join is not None and join.side == "LEFT" and not join.columns else None
+
+
+def _left_joins_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, str], join: _Joined,
+                     shapes: Mapping[str, TableShape]) -> PlanParts:
     """LEFT (and INNER) joins of three or more tables, by group of the FROM table's rows: every
     result row comes from one row of it (or, grouped, from the rows of one of its GROUP BY
     columns' values), so the groups of a column of it that the result selects (a GROUP BY
