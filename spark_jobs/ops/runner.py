@@ -236,9 +236,14 @@ class Supervisor:
         if self.renewals is None:
             self.renewals = Renewals(self.settings, [j.job_id for j in jobs], self.report).start()
         self._upkeep = TableUpkeep(self.spark, self.settings, [j.sink for j in jobs], self.report).start()
+        # where the jobs stand before they start: a job far behind is reported from its first
+        # barrier on, even if it catches up before the first poll reads the state again
+        before = self._read_state("the jobs' state") if self.follow_status else None
         for job in jobs:
             self.queries[job.job_id] = self._start_job(job)
             self._tell("on_created", JobEvent(job.job_id, job.sink, JobStatus.RUNNING))
+        if before is not None:
+            self._report_progress(before, time.monotonic())
 
     def _start_job(self, job: Job) -> StreamingQuery:
         """Start ``job``; say how long its setup took and, once, when its first barrier is in (a

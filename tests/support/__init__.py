@@ -17,15 +17,16 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], T], what: str, timeout: float = 90.0) -> T:
-    """Poll ``condition`` every 0.2 s until it returns something truthy, and return that."""
+def wait_until(condition: Callable[[], T], what: str | Callable[[], str], timeout: float = 90.0) -> T:
+    """Poll ``condition`` every 0.2 s until it returns something truthy, and return that. ``what``
+    names the condition in the failure; a callable says it as things stand at the timeout."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {timeout:.0f}s: {what}")
+            raise AssertionError(f"not within {timeout:.0f}s: {what() if callable(what) else what}")
         time.sleep(0.2)
 
 

@@ -154,7 +154,7 @@ def test_a_job_run_again_far_behind_reports_its_progress_until_it_caught_up(
     register_pipeline(settings, pipeline)
     reports: list[str] = []
     with supervised(spark, pipeline, settings, report=reports.append, follow_status=True):
-        wait_until(lambda: any(r.startswith("caught up: ") for r in reports), "caught up", 120)
+        wait_until(lambda: any(r.startswith("caught up: ") for r in reports), lambda: f"caught up; reports: {reports}", 120)
     progress = [r for r in reports if r.startswith("catching up to barrier ")]
     assert progress and "ingest_events at barrier" in progress[0] and " behind" in progress[0], reports
     assert reports.index(progress[0]) < next(i for i, r in enumerate(reports) if r.startswith("caught up: "))
