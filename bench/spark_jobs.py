@@ -9,8 +9,12 @@
   refresh of the same query. ``--changes spread``: the changed rows are anywhere in the table
   (every file holds every group); ``recent``: among its newest rows, as a stream's updates and
   late rows mostly are, in a table written in key order (groups are runs of keys).
+* ``changes``: reading one appended version's rows (what an incremental job does 1-4 times a
+  barrier) from the files its commit added (``delta_log.appended_files``, Lockstep's way) vs.
+  Delta's change data feed, over a source table of ``--rows`` rows that took a barrier's
+  append ``--rounds`` times. The two alternate; medians and spread.
 
-Usage: python -m bench.spark_jobs {ingest,ivm} [--records N] [--rows N [N ...]] [--query having]
+Usage: python -m bench.spark_jobs {ingest,ivm,changes} [--records N] [--rows N [N ...]] [--query having]
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
     from spark_jobs.runtime.ivm import TableMaintainer
 
 INGEST_DDL = "id BIGINT, v BIGINT, name STRING"
+JARS = Path(__file__).resolve().parents[1] / ".lockstep" / "jars"
 FILE_ROWS = 250_000  # ivm: rows per source file (a stream's barriers write files of this order)
 # ivm's queries over src(k, g, v) (100 rows per group g, v = k % 1000), dim_g(g, label) (100
 # labels) and dim_v(v, name)
@@ -58,7 +63,7 @@ def local_stack() -> Iterator[Settings]:
         broker = start_broker(Path(tmp))
         try:
             settings = Settings(bootstrap=broker.bootstrap, warehouse=str(Path(tmp) / "wh"), home=Path(tmp), topic_prefix="bench",
-                                jars=Path(__file__).resolve().parents[1] / ".lockstep" / "jars")
+                                jars=JARS)
             ensure_topics(settings, Topics("bench"))
             yield settings
         finally:
@@ -269,6 +274,50 @@ def ivm_at(spark: SparkSession, settings: Settings, rows: int, n_changed: int, r
     return median
 
 
+def bench_changes(rows: int, rounds: int) -> None:
+    from pyspark.sql import functions as F
+
+    from spark_jobs.runtime.commits import barrier_txn
+    from spark_jobs.runtime.delta_log import appended_files, read_files
+    from spark_jobs.runtime.session import build_session
+
+    with tempfile.TemporaryDirectory() as scratch:  # no broker: this reads tables only
+        settings = Settings(warehouse=f"{scratch}/wh", home=Path(scratch), jars=JARS)
+        spark = build_session("bench-changes", settings=settings)
+        path = f"{scratch}/bids"
+        spark.range(rows).selectExpr("id AS auction", "id % 100000 AS bidder", "id * 3 AS price", "current_timestamp() AS ts") \
+            .write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
+        for barrier in range(1, rounds + 3):  # two more to warm up
+            with barrier_txn(spark, "bids#g0", barrier, json.dumps({"barrier": barrier}), None):
+                spark.range(5000).selectExpr("id * 7 AS auction", "id % 1000 AS bidder", "id AS price",
+                                             "current_timestamp() AS ts").write.format("delta").mode("append").save(path)
+
+        def feed(version: int) -> DataFrame:
+            return (spark.read.option("readChangeFeed", "true").option("startingVersion", version)
+                    .option("endingVersion", version).table(f"delta.`{path}`").drop("_change_type", "_commit_version",
+                                                                                     "_commit_timestamp"))
+
+        def commit_files(version: int) -> DataFrame:
+            found = appended_files(spark, path, version - 1, version)
+            assert found is not None, "an append read as one"
+            return read_files(spark, *found)
+
+        took: dict[str, list[float]] = {"change data feed": [], "commit's files": []}
+        for version in range(1, rounds + 3):
+            ways = [("change data feed", feed), ("commit's files", commit_files)]
+            for name, read in ways if version % 2 else ways[::-1]:
+                started = time.perf_counter()
+                rows_read = read(version).agg(F.count(F.lit(1)), F.sum(F.hash("auction", "bidder", "price"))).first()
+                if version > 2:
+                    took[name].append(time.perf_counter() - started)
+                assert rows_read is not None and rows_read[0] == 5000
+        spark.stop()
+    base = statistics.median(took["change data feed"])
+    for name, times in took.items():
+        print(f"{name:17}: median {statistics.median(times) * 1000:4.0f} ms (min {min(times) * 1000:.0f}, "
+              f"max {max(times) * 1000:.0f}; {len(times)} reads), {base / statistics.median(times):.2f}x the feed")
+
+
 def way(job: TableMaintainer) -> str:
     """``; recomputed`` where the incremental job found recomputing cheaper (``costs``)."""
     return "; recomputed" if job.plan.incremental and job.costs.since_probe else ""
@@ -281,17 +330,17 @@ def phases(job: TableMaintainer) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["ingest", "ivm"])
+    parser.add_argument("which", choices=["ingest", "ivm", "changes"])
     parser.add_argument("--records", type=int, default=400_000, help="ingest: records (default 400,000)")
     parser.add_argument("--batches", type=int, default=8, help="ingest: barriers / micro-batches (default 8)")
     parser.add_argument("--repeat", type=int, default=2, help="ingest: alternating runs of each (default 2)")
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000_000],
-                        help="ivm: source rows, one or more sizes (default 10,000,000)")
+                        help="ivm: source rows, one or more sizes; changes: the first one (default 10,000,000)")
     parser.add_argument("--changed", type=float, default=0.01,
                         help="ivm: rows changed per barrier, a fraction of the source (< 1) or a number (default 0.01)")
     parser.add_argument("--changes", choices=["spread", "recent"], default="spread",
                         help="ivm: where the changed rows are (default spread: anywhere)")
-    parser.add_argument("--rounds", type=int, default=3, help="ivm: barriers measured (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="ivm, changes: barriers measured (default 3)")
     parser.add_argument("--rewrite-limit-mb", type=int, default=None,
                         help="ivm: a result up to this size is rewritten whole, a larger one MERGEd (default: the "
                              "jobs' 4; -1: always MERGE)")
@@ -299,6 +348,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.which == "ingest":
         bench_ingest(args.records, args.batches, args.repeat)
+    elif args.which == "changes":
+        bench_changes(args.rows[0], args.rounds)
     else:
         bench_ivm(args.rows, args.changed, args.rounds, args.query, args.rewrite_limit_mb, args.changes == "spread")
 

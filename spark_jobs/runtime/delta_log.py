@@ -14,10 +14,14 @@ from typing import Any
 from urllib.parse import unquote
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from spark_jobs.runtime.session import LOG_RETENTION_DEFAULT
+
+APPENDED_VERSIONS = 20  # the most versions ``appended_files`` reads one by one (a job far behind reads the feed)
+APPEND_ACTIONS = ("CommitInfo", "SetTransaction")  # what an append's commit holds beside its AddFiles
 
 
 def _delta(spark: SparkSession) -> Any:
@@ -137,6 +141,45 @@ def read_version(spark: SparkSession, path: str, version: int | None) -> DataFra
     if found is None:
         reader = spark.read.format("delta")
         return (reader if version is None else reader.option("versionAsOf", version)).load(path)
-    files, schema_json = found
+    return read_files(spark, *found)
+
+
+def read_files(spark: SparkSession, files: list[str], schema_json: str) -> DataFrame:
+    """The rows of a Delta table's data ``files`` (whole paths), read with its schema (JSON)."""
     schema = StructType.fromJson(json.loads(schema_json))
     return spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
+
+
+def appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[list[str], str] | None:
+    """The data files that versions ``(old, new]`` of the table at ``path`` added, and its schema
+    at ``new``, if those versions only added files (appends: no file removed, no change-data
+    file, no new schema, no deletion vector), read from their commit files through the table's
+    log store, so it works on every store Delta does. Their rows are then exactly what Delta's
+    change data feed returns as inserts, which costs 60-100 ms more a read (it resolves the
+    snapshots at both ends first). None where that does not hold, or for more than
+    ``APPENDED_VERSIONS`` versions: the caller reads the change data feed."""
+    if not 0 < new - old <= APPENDED_VERSIONS:
+        return None
+    jvm = spark._jvm  # type: ignore[union-attr]
+    log = _log(spark, path)
+    checksum = log.readChecksum(new, jvm.scala.Option.empty())
+    if not checksum.isDefined():
+        return None
+    metadata = checksum.get().metadata()
+    if metadata.partitionColumns().nonEmpty() or metadata.configuration().get("delta.columnMapping.mode").isDefined():
+        return None
+    files, seen = [], old
+    try:
+        commits = log.getChanges(old + 1, new, jvm.scala.Option.empty(), True)  # True: a missing commit file fails
+        while commits.hasNext():
+            commit = commits.next()
+            seen = int(commit._1())
+            for action in jvm.scala.jdk.javaapi.CollectionConverters.asJava(commit._2()):
+                kind = action.getClass().getSimpleName()
+                if kind == "AddFile" and action.dataChange() and action.deletionVector() is None:
+                    files.append(data_file(path, unquote(action.path())))
+                elif kind not in APPEND_ACTIONS:
+                    return None
+    except Py4JJavaError:  # a commit file gone (log cleanup): the feed fails with Delta's own message
+        return None
+    return (files, metadata.schemaString()) if seen == new else None

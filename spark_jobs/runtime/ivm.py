@@ -48,7 +48,7 @@ from spark_jobs.planning.pipeline import DerivedTable
 from spark_jobs.planning.plans import HIDDEN, NUMBER, ROWS, WEIGHT, Plan, PlanKind, output_key
 from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.runtime.costs import CostChoice
-from spark_jobs.runtime.delta_log import read_version, table_bytes
+from spark_jobs.runtime.delta_log import appended_files, read_files, read_version, table_bytes
 from spark_jobs.runtime.pruning import KEYS_LIMIT, few_keys, within
 from spark_jobs.runtime.stopwatch import Stopwatch
 
@@ -148,10 +148,16 @@ class TableMaintainer:
         return read_version(self.spark, self.locate(table), version)
 
     def changes(self, table: str, old: int, new: int) -> DataFrame:
-        """Rows of ``table`` changed in versions ``(old, new]`` with a weight of +1 or -1."""
+        """Rows of ``table`` changed in versions ``(old, new]`` with a weight of +1 or -1: the
+        files those versions added where they only appended (``appended_files``), else Delta's
+        change data feed."""
+        location = self.locate(table)
+        appended = appended_files(self.spark, location, old, new)
+        if appended is not None:
+            return read_files(self.spark, *appended).withColumn(WEIGHT, F.lit(1))
         # read as the path identifier delta.`path`: `.load(path)` passes the options to Delta twice
         # (their given and lower-case spellings) and Spark warns three times a read
-        path = self.locate(table).replace("`", "``")
+        path = location.replace("`", "``")
         feed = (self.spark.read.option("readChangeFeed", "true").option("startingVersion", old + 1)
                 .option("endingVersion", new).table(f"delta.`{path}`"))
         sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)

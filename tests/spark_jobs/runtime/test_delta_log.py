@@ -7,7 +7,14 @@ from collections.abc import Callable
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.runtime.delta_log import newest_commit, read_version, table_bytes, version_files
+from spark_jobs.runtime.delta_log import (
+    appended_files,
+    newest_commit,
+    read_files,
+    read_version,
+    table_bytes,
+    version_files,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -40,3 +47,29 @@ def test_versions_the_checksum_cannot_describe_are_read_by_delta(
     spark.createDataFrame([(1, "a"), (2, "b")], "k BIGINT, p STRING").write.format("delta").partitionBy("p").save(path)
     assert version_files(spark, path, 0) is None  # partition values live in the log, not the files
     assert _rows(read_version(spark, path, 0)) == [(1, "a"), (2, "b")]
+
+
+def test_appended_versions_read_from_their_commits_equal_the_change_data_feed(
+    spark: SparkSession, table_path: Callable[[str], str]
+) -> None:
+    path = table_path("appends")
+    frame = lambda rows: spark.createDataFrame(rows, "k BIGINT, v STRING")  # noqa: E731
+    frame([(1, "a")]).write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)  # version 0
+    for rows in ([(2, "b"), (3, "c")], [(4, "d")]):  # 1, 2
+        frame(rows).write.format("delta").mode("append").save(path)
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE k = 2")  # 3
+    frame([(5, "e")]).write.format("delta").mode("append").save(path)  # 4
+
+    def feed(old: int, new: int) -> list[tuple]:
+        rows = (spark.read.option("readChangeFeed", "true").option("startingVersion", old + 1)
+                .option("endingVersion", new).table(f"delta.`{path}`"))
+        return _rows(rows.where("_change_type = 'insert'").select("k", "v"))
+
+    for old, new in ((0, 1), (0, 2), (1, 2), (3, 4)):
+        found = appended_files(spark, path, old, new)
+        assert found is not None, (old, new)
+        assert _rows(read_files(spark, *found)) == feed(old, new), (old, new)
+    assert appended_files(spark, path, 2, 3) is None  # a DELETE removes files: the feed says what
+    assert appended_files(spark, path, 0, 4) is None
+    assert appended_files(spark, path, -1, 0) is None  # the table's creation: its schema is new
+    assert appended_files(spark, path, 4, 4) is None  # no version
