@@ -209,6 +209,10 @@ def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple
     aliases, join = _relations(tree)
     items = list(tree.expressions)
     grouped = bool(tree.args.get("group")) or any(isinstance(i.unalias(), exp.AggFunc) for i in items)
+    generator = _generator(tree)
+    if generator and not grouped and not all(shapes.get(t, UNKNOWN).append_only for t in set(aliases.values())):
+        raise Unsupported(f"{generator} makes any number of rows of one source row, so no source key finds them in "
+                          "the result; over sources that only grow, its rows are appended")
     if join is not None:
         try:
             parts = _join_plan(tree, items, aliases, shapes, join, grouped)
@@ -229,6 +233,24 @@ def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple
             except Unsupported:
                 raise exc from None
     return Plan(query=tree.sql(dialect=SPARK), sources=sources, **parts)
+
+
+def _generator(tree: exp.Select) -> str | None:
+    """The first generator (EXPLODE, INLINE, STACK ..., in the select list or a LATERAL VIEW) of
+    ``tree``'s own SELECT, as written, or None. (Its weight goes along: an aggregate over its rows
+    is kept like any other; its rows alone are not identified by their source row's key.)
+
+    >>> _generator(sqlglot.parse_one("SELECT k, x FROM t LATERAL VIEW explode(a) e AS x", read=SPARK))
+    'LATERAL VIEW EXPLODE'
+    >>> [_generator(sqlglot.parse_one(q, read=SPARK)) for q in ("SELECT k, posexplode(a) FROM t", "SELECT k FROM t")]
+    ['POSEXPLODE', None]
+    """
+    for lateral in tree.args.get("laterals") or ():
+        return f"LATERAL VIEW {lateral.this.sql_name()}" if isinstance(lateral.this, exp.Func) else "LATERAL VIEW"
+    for item in tree.expressions:
+        if isinstance(found := item.unalias(), exp.UDTF):
+            return found.sql_name() if isinstance(found, exp.Func) else type(found).__name__.upper()
+    return None
 
 
 def _union_plan(tree: exp.Union, shapes: Mapping[str, TableShape], sources: tuple[str, ...]) -> Plan:
@@ -395,18 +417,16 @@ def _relations(tree: exp.Select) -> tuple[dict[str, str], _Joined | None]:
 
 def _classify(items: list[exp.Expression], group: list[exp.Expression]) -> tuple[tuple[int, ...], tuple[Aggregate, ...]]:
     """Split the select list into group columns and aggregates; anything else is unsupported."""
-    group_sql = {g.sql(dialect=SPARK) for g in group}
-    by_alias = {i.alias for i in items if i.alias}
     for g in group:
         if isinstance(g, exp.Literal):
             raise Unsupported("GROUP BY by position is not maintained incrementally; name the columns")
-        if g.sql(dialect=SPARK) not in {i.unalias().sql(dialect=SPARK) for i in items} and g.name not in by_alias:
+        if not any(_selects(i, g) for i in items):
             raise Unsupported(f"GROUP BY {g.sql()} is not in the select list, so the table has no key")
     positions: list[int] = []
     aggregates: list[Aggregate] = []
     for position, item in enumerate(items):
         node = item.unalias()
-        if node.sql(dialect=SPARK) in group_sql or (item.alias and item.alias in {g.name for g in group}):
+        if any(_selects(item, g) for g in group):
             positions.append(position)
             continue
         condition = None
@@ -481,7 +501,7 @@ def _single_plan(tree: exp.Select, items: list[exp.Expression], shape: TableShap
     if grouped:
         parts = _aggregate_parts(tree, items, WEIGHT)
         return PlanParts(parts, kind=PlanKind.AGGREGATE, inserts_only=shape.append_only,
-                         reason=f"apply each barrier's changes of {source} (Delta change data feed) "
+                         reason=f"apply each barrier's changes of {source} (its Delta commits) "
                                 f"to the changed groups only [{_names(parts['aggregates'])}]")
     star = any(isinstance(i, exp.Star) for i in items)
     key: tuple[int | str, ...] | None = None
@@ -493,7 +513,7 @@ def _single_plan(tree: exp.Select, items: list[exp.Expression], shape: TableShap
     how = "appended (the source only grows)" if key is None else "applied by the source's key"
     change = tree.sql(dialect=SPARK) if star else _with_weight(tree, items, WEIGHT)  # * includes the weight
     return PlanParts(kind=PlanKind.PROJECTION,
-                     reason=f"changes of {source} (Delta change data feed) filtered, projected and {how}",
+                     reason=f"changes of {source} (its Delta commits) filtered, projected and {how}",
                      key=key, append_only=key is None, inserts_only=shape.append_only, change_query=change)
 
 
@@ -608,9 +628,13 @@ def _left_joins_plan(tree: exp.Select, items: list[exp.Expression], aliases: dic
 
 def _grouped_key(items: list[exp.Expression], group: list[exp.Expression]) -> tuple[int, ...] | None:
     """The select positions of every GROUP BY expression (None if one is not selected)."""
-    found = [next((p for p, i in enumerate(items) if i.unalias() == g or (i.alias and i.alias == g.name)), None)
-             for g in group]
+    found = [next((p for p, i in enumerate(items) if _selects(i, g)), None) for g in group]
     return None if None in found else tuple(p for p in found if p is not None)
+
+
+def _selects(item: exp.Expression, group_by: exp.Expression) -> bool:
+    """Whether select ``item`` is the GROUP BY expression ``group_by``, as it is or by its alias."""
+    return item.unalias().sql(dialect=SPARK) == group_by.sql(dialect=SPARK) or bool(item.alias) and item.alias == group_by.name
 
 
 def _named(items: list[exp.Expression], alias: str, column: str) -> str | None:

@@ -4,8 +4,8 @@ For barrier ``b`` the job knows the source versions it reflected last (``base``)
 sources' exact points at ``b``. It turns the sources' changes between the two into **change
 rows with a weight** (+n inserted, -n retracted):
 
-* one source: the Delta change data feed between the versions, run through the query's
-  FROM/WHERE/select list;
+* one source: its changes between the versions (the files its commits added, where they only
+  appended; else Delta's change data feed), run through the query's FROM/WHERE/select list;
 * a join of two tables: only the rows whose join key changed, computed from both sides'
   snapshots at the old versions (weight -1) and the new ones (+1); the rest of each side is
   never copied;

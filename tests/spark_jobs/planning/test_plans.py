@@ -21,6 +21,9 @@ SHAPES = {
         ("SELECT user_id, item_id, SUM(amount) AS t FROM shopping GROUP BY user_id, item_id", "aggregate", (0, 1)),
         ("SELECT COUNT(*) AS n, region FROM users WHERE id > 2 GROUP BY region", "aggregate", (1,)),
         ("SELECT user_id, price * 2 AS p2 FROM shopping WHERE amount > 1", "projection", None),
+        ("SELECT user_id, x FROM shopping LATERAL VIEW explode(array(price, amount)) e AS x", "projection", None),
+        ("SELECT u.region, COUNT(*) AS n FROM users u LATERAL VIEW explode(array(u.id, 1)) e AS x GROUP BY u.region",
+         "aggregate", (0,)),
         ("SELECT name, id FROM users WHERE id > 3", "projection", (1,)),
         ("SELECT * FROM users", "projection", ("id",)),
         ("SELECT o.oid, u.id, u.name FROM orders o LEFT JOIN users u ON o.uid = u.id", "join", (0, 1)),
@@ -134,6 +137,8 @@ def test_distinct_and_time_windows_are_aggregates(query: str) -> None:
          "FULL JOIN among more than two tables"),
         ("SELECT o.oid FROM orders o JOIN users u ON o.uid = u.id JOIN users v ON v.id = o.oid", "self-joins"),
         ("SELECT o.oid FROM orders o JOIN users u ON o.uid = u.id CROSS JOIN shopping s", "CROSS JOIN"),
+        ("SELECT u.id, x FROM users u LATERAL VIEW explode(array(u.id, 1)) e AS x", "LATERAL VIEW EXPLODE makes any"),
+        ("SELECT id, explode(array(id, 1)) AS x FROM users", "EXPLODE makes any number of rows"),
     ],
 )
 def test_other_queries_fall_back_to_full_refresh_with_a_reason(query: str, reason: str) -> None:

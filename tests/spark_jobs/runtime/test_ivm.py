@@ -231,9 +231,9 @@ def bid(rng: random.Random, key: int) -> Row:
 
 
 def test_grouped_shapes_equal_their_query_over_each_snapshot(spark: SparkSession, tmp_path: Path) -> None:
-    """Top-N, HAVING, DISTINCT, CTEs, time windows and groups by an expression, under inserts,
-    updates (rows moving between groups, late timestamps) and deletes (a group emptied, then
-    refilled), NULL groups."""
+    """Top-N, HAVING, DISTINCT, CTEs, time windows, groups by an expression and over a generator's
+    rows, under inserts, updates (rows moving between groups, late timestamps) and deletes (a
+    group emptied, then refilled), NULL groups."""
     rng = random.Random(11)
     gone = rng.choice([0, 1, 2])
     maintained_equal_their_queries(spark, tmp_path / "wh", rng, {"bids": Root(BIDS, 60, bid)}, {
@@ -250,6 +250,8 @@ def test_grouped_shapes_equal_their_query_over_each_snapshot(spark: SparkSession
         "pairs": ("SELECT DISTINCT bidder, auction FROM bids WHERE price > 2", "aggregate"),
         "busy_minutes": ("SELECT minute, COUNT(*) AS n FROM (SELECT date_trunc('MINUTE', ts) AS minute, bidder FROM bids "
                         "WHERE auction > 0) GROUP BY minute HAVING COUNT(DISTINCT bidder) > 3", "groups"),
+        "either_side": ("SELECT x, COUNT(*) AS n, SUM(price) AS total FROM bids LATERAL VIEW explode(array(auction, "
+                        "bidder)) e AS x GROUP BY x", "aggregate"),  # a generator's rows carry their row's weight
     }, emptied=lambda barrier, table, row: barrier == 2 and row[1] == gone)  # auction `gone` loses every bid
     history = DeltaTable.forPath(spark, str(tmp_path / "wh" / "top_bids")).history().collect()
     assert {r["operation"] for r in history} >= {"MERGE", "WRITE"}  # maintained both ways after the first
