@@ -114,7 +114,7 @@ def version_files(spark: SparkSession, path: str, version: int) -> tuple[list[st
     if not checksum.isDefined() or not checksum.get().allFiles().isDefined():
         return None
     metadata = checksum.get().metadata()
-    if metadata.partitionColumns().nonEmpty() or metadata.configuration().get("delta.columnMapping.mode").isDefined():
+    if not _plain(metadata):
         return None
     files = []
     for add in jvm.scala.jdk.javaapi.CollectionConverters.asJava(checksum.get().allFiles().get()):
@@ -122,6 +122,12 @@ def version_files(spark: SparkSession, path: str, version: int) -> tuple[list[st
             return None
         files.append(data_file(path, unquote(add.path())))
     return files, metadata.schemaString()
+
+
+def _plain(metadata: Any) -> bool:
+    """Whether a table's files hold its rows as they are: no partition values kept in the log,
+    no column names mapped to other physical names."""
+    return not metadata.partitionColumns().nonEmpty() and not metadata.configuration().get("delta.columnMapping.mode").isDefined()
 
 
 def data_file(table: str, file: str) -> str:
@@ -155,9 +161,9 @@ def appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[
     at ``new``, if those versions only added files (appends: no file removed, no change-data
     file, no new schema, no deletion vector), read from their commit files through the table's
     log store, so it works on every store Delta does. Their rows are then exactly what Delta's
-    change data feed returns as inserts, which costs 60-100 ms more a read (it resolves the
-    snapshots at both ends first). None where that does not hold, or for more than
-    ``APPENDED_VERSIONS`` versions: the caller reads the change data feed."""
+    change data feed returns as inserts, which costs ~45 ms more a read (it resolves the
+    snapshots at both ends first; ``bench.spark_jobs changes``). None where that does not hold,
+    or for more than ``APPENDED_VERSIONS`` versions: the caller reads the change data feed."""
     if not 0 < new - old <= APPENDED_VERSIONS:
         return None
     jvm = spark._jvm  # type: ignore[union-attr]
@@ -166,7 +172,7 @@ def appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[
     if not checksum.isDefined():
         return None
     metadata = checksum.get().metadata()
-    if metadata.partitionColumns().nonEmpty() or metadata.configuration().get("delta.columnMapping.mode").isDefined():
+    if not _plain(metadata):
         return None
     files, seen = [], old
     try:
