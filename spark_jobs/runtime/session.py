@@ -46,6 +46,11 @@ DEFAULT_CONF: dict[str, str] = {
     # A version read from its checksum's file list (``delta_log.read_version``, up to 50 files) is
     # listed on the driver: above 32 paths Spark listed them with a Spark job of its own (0.1-0.3 s).
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "64",
+    # Such a read is plain Parquet: Delta's file statistics do not skip files for it, only each
+    # row group's own statistics do, and Spark keeps none for its default INT96 timestamps. As
+    # INT64 microseconds (what Delta's protocol calls a timestamp too) a time-range read of a
+    # window's rows skips the row groups of other times (docs/benchmarks.md: q7 at 50M events).
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.databricks.delta.snapshotPartitions": "1",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
     # Which versions stay readable is Lockstep's vacuum's decision (leases, jobs, retained
