@@ -279,6 +279,7 @@ def bench_changes(rows: int, rounds: int) -> None:
 
     from spark_jobs.runtime.commits import barrier_txn
     from spark_jobs.runtime.delta_log import appended_files, read_files
+    from spark_jobs.runtime.ivm import CDF_COLUMNS
     from spark_jobs.runtime.session import build_session
 
     with tempfile.TemporaryDirectory() as scratch:  # no broker: this reads tables only
@@ -294,8 +295,7 @@ def bench_changes(rows: int, rounds: int) -> None:
 
         def feed(version: int) -> DataFrame:
             return (spark.read.option("readChangeFeed", "true").option("startingVersion", version)
-                    .option("endingVersion", version).table(f"delta.`{path}`").drop("_change_type", "_commit_version",
-                                                                                     "_commit_timestamp"))
+                    .option("endingVersion", version).table(f"delta.`{path}`").drop(*CDF_COLUMNS))
 
         def commit_files(version: int) -> DataFrame:
             found = appended_files(spark, path, version - 1, version)
