@@ -13,13 +13,19 @@
   barrier) from the files its commit added (``delta_log.appended_files``, Lockstep's way) vs.
   Delta's change data feed, over a source table of ``--rows`` rows that took a barrier's
   append ``--rounds`` times. The two alternate; medians and spread.
+* ``commits``: a barrier's txn-marked append of ``--rows`` rows (``DeltaSink.commit``, with its
+  upkeep between barriers) in a JVM whose time zone is ``--tz``, with Delta's default check of
+  the checksum's file list in non-UTC zones (baseline) vs. Lockstep's session, which turns it
+  off. Two tables, commits alternating, ``--pause`` s apart; medians, spread and the sink's
+  phases (``upkeep``: waiting for the work after the last commit, which the pause hides).
 
-Usage: python -m bench.spark_jobs {ingest,ivm,changes} [--records N] [--rows N [N ...]] [--query having]
+Usage: python -m bench.spark_jobs {ingest,ivm,changes,commits} [--records N] [--rows N [N ...]] [--query having]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import tempfile
@@ -318,6 +324,52 @@ def bench_changes(rows: int, rounds: int) -> None:
               f"max {max(times) * 1000:.0f}; {len(times)} reads), {base / statistics.median(times):.2f}x the feed")
 
 
+def bench_commits(rows: int, rounds: int, tz: str, pause: float) -> None:
+    import os
+
+    from spark_jobs.runtime.commits import DeltaSink
+    from spark_jobs.runtime.session import build_session
+    from spark_jobs.runtime.stopwatch import Stopwatch
+
+    os.environ["TZ"] = tz  # the JVM Spark starts next inherits it as its default time zone
+    check = "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled"
+    with tempfile.TemporaryDirectory() as scratch:  # no broker: this writes tables only
+        settings = Settings(warehouse=f"{scratch}/wh", home=Path(scratch), jars=JARS)
+        spark = build_session("bench-commits", settings=settings)
+        print(f"JVM time zone {spark._jvm.java.util.TimeZone.getDefault().getID()}, "  # type: ignore[union-attr]
+              f"Spark session's {spark.conf.get('spark.sql.session.timeZone')}")
+        delta_default = spark.newSession()
+        delta_default.conf.set(check, "true")
+        ddl = "id BIGINT, v BIGINT, ts TIMESTAMP"
+        sinks = {"Delta's default (checked)": DeltaSink(delta_default, f"{scratch}/checked", "checked", ddl),
+                 "Lockstep's session": DeltaSink(spark, f"{scratch}/lockstep", "lockstep", ddl)}
+        took: dict[str, list[float]] = {name: [] for name in sinks}
+        spent: dict[str, dict[str, list[int]]] = {name: {} for name in sinks}
+        for barrier in range(1, rounds + 4):  # three more to warm up
+            order = list(sinks.items()) if barrier % 2 else list(sinks.items())[::-1]
+            for name, sink in order:
+                frame = sink.spark.range(barrier * rows, (barrier + 1) * rows).selectExpr(
+                    "id", "id % 7 AS v", "current_timestamp() AS ts")
+                watch = Stopwatch()
+                started = time.perf_counter()
+                sink.commit(barrier, 0, functools.partial(frame.write.format("delta").mode("append").save, sink.path),
+                            watch=watch)
+                if barrier > 3:
+                    took[name].append(time.perf_counter() - started)
+                    for phase in watch.phases():
+                        spent[name].setdefault(phase.name, []).append(phase.ms)
+                time.sleep(pause)  # between barriers: the upkeep after the last commit runs in it
+        for sink in sinks.values():
+            sink.close()
+        spark.stop()
+    base = statistics.median(took["Delta's default (checked)"])
+    for name, times in took.items():
+        where = ", ".join(f"{p} {statistics.median(ms):.0f}" for p, ms in spent[name].items())
+        print(f"{name:26}: median {statistics.median(times) * 1000:4.0f} ms (min {min(times) * 1000:.0f}, "
+              f"max {max(times) * 1000:.0f}; {len(times)} commits), {base / statistics.median(times):.2f}x the "
+              f"default; median ms per phase: {where}")
+
+
 def way(job: TableMaintainer) -> str:
     """``; recomputed`` where the incremental job found recomputing cheaper (``costs``)."""
     return "; recomputed" if job.plan.incremental and job.costs.since_probe else ""
@@ -330,17 +382,21 @@ def phases(job: TableMaintainer) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["ingest", "ivm", "changes"])
+    parser.add_argument("which", choices=["ingest", "ivm", "changes", "commits"])
     parser.add_argument("--records", type=int, default=400_000, help="ingest: records (default 400,000)")
     parser.add_argument("--batches", type=int, default=8, help="ingest: barriers / micro-batches (default 8)")
     parser.add_argument("--repeat", type=int, default=2, help="ingest: alternating runs of each (default 2)")
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000_000],
-                        help="ivm: source rows, one or more sizes; changes: the first one (default 10,000,000)")
+                        help="ivm: source rows, one or more sizes; changes, commits: the first one (default 10,000,000)")
     parser.add_argument("--changed", type=float, default=0.01,
                         help="ivm: rows changed per barrier, a fraction of the source (< 1) or a number (default 0.01)")
     parser.add_argument("--changes", choices=["spread", "recent"], default="spread",
                         help="ivm: where the changed rows are (default spread: anywhere)")
-    parser.add_argument("--rounds", type=int, default=3, help="ivm, changes: barriers measured (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="ivm, changes, commits: barriers measured (default 3)")
+    parser.add_argument("--tz", default="America/Los_Angeles", help="commits: the JVM's time zone (default America/Los_Angeles)")
+    parser.add_argument("--pause", type=float, default=0.5,
+                        help="commits: seconds between a table's commits (default 0.5; 0: back to back, so each "
+                             "commit waits for the upkeep after the one before)")
     parser.add_argument("--rewrite-limit-mb", type=int, default=None,
                         help="ivm: a result up to this size is rewritten whole, a larger one MERGEd (default: the "
                              "jobs' 4; -1: always MERGE)")
@@ -350,6 +406,8 @@ def main() -> None:
         bench_ingest(args.records, args.batches, args.repeat)
     elif args.which == "changes":
         bench_changes(args.rows[0], args.rounds)
+    elif args.which == "commits":
+        bench_commits(args.rows[0], args.rounds, args.tz, args.pause)
     else:
         bench_ivm(args.rows, args.changed, args.rounds, args.query, args.rewrite_limit_mb, args.changes == "spread")
 
