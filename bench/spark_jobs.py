@@ -13,13 +13,16 @@
   barrier) from the files its commit added (``delta_log.appended_files``, Lockstep's way) vs.
   Delta's change data feed, over a source table of ``--rows`` rows that took a barrier's
   append ``--rounds`` times. The two alternate; medians and spread.
+* ``reads``: reading a version of a table of 40 files (what every snapshot read and every
+  incremental barrier does): Delta's time travel (baseline) vs. Lockstep's ``read_version``
+  (the version's files from its checksum file), and the checksum read alone; alternating.
 * ``commits``: a barrier's txn-marked append of ``--rows`` rows (``DeltaSink.commit``, with its
   upkeep between barriers) in a JVM whose time zone is ``--tz``, with Delta's default check of
   the checksum's file list in non-UTC zones (baseline) vs. Lockstep's session, which turns it
   off. Two tables, commits alternating, ``--pause`` s apart; medians, spread and the sink's
   phases (``upkeep``: waiting for the work after the last commit, which the pause hides).
 
-Usage: python -m bench.spark_jobs {ingest,ivm,changes,commits} [--records N] [--rows N [N ...]] [--query having]
+Usage: python -m bench.spark_jobs {ingest,ivm,changes,reads,commits} [--records N] [--rows N [N ...]] [--query having]
 """
 
 from __future__ import annotations
@@ -324,6 +327,47 @@ def bench_changes(rows: int, rounds: int) -> None:
               f"max {max(times) * 1000:.0f}; {len(times)} reads), {base / statistics.median(times):.2f}x the feed")
 
 
+def bench_reads(rows: int, rounds: int) -> None:
+    from pyspark.sql import functions as F
+
+    from spark_jobs.runtime.delta_log import read_version, version_files
+    from spark_jobs.runtime.session import build_session
+
+    with tempfile.TemporaryDirectory() as scratch:  # no broker: this reads tables only
+        settings = Settings(warehouse=f"{scratch}/wh", home=Path(scratch), jars=JARS)
+        spark = build_session("bench-reads", settings=settings)
+        path = f"{scratch}/t"
+        for i in range(40):  # 40 versions of one file each: the checksum lists 40 files
+            spark.range(i * rows // 40, (i + 1) * rows // 40, numPartitions=1).selectExpr("id AS k", "id % 1000 AS v") \
+                .write.format("delta").mode("append").save(path)
+        version = 39
+
+        def time_travel() -> DataFrame:
+            return spark.read.format("delta").option("versionAsOf", version).load(path)
+
+        def lockstep() -> DataFrame:
+            return read_version(spark, path, version)
+
+        took: dict[str, list[float]] = {"Delta's time travel": [], "read_version": [], "its checksum read": []}
+        for round_ in range(rounds + 2):  # two more to warm up
+            ways = [("Delta's time travel", time_travel), ("read_version", lockstep)]
+            for name, way in ways if round_ % 2 else ways[::-1]:
+                started = time.perf_counter()
+                found = way().agg(F.count(F.lit(1)), F.sum("v")).first()
+                assert found is not None and found[0] == rows
+                if round_ > 1:
+                    took[name].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            assert version_files(spark, path, version) is not None
+            if round_ > 1:
+                took["its checksum read"].append(time.perf_counter() - started)
+        spark.stop()
+    base = statistics.median(took["Delta's time travel"])
+    for name, times in took.items():
+        print(f"{name:19}: median {statistics.median(times) * 1000:5.1f} ms (min {min(times) * 1000:.1f}, "
+              f"max {max(times) * 1000:.1f}; {len(times)} reads), {base / statistics.median(times):.2f}x time travel")
+
+
 def bench_commits(rows: int, rounds: int, tz: str, pause: float) -> None:
     import os
 
@@ -382,17 +426,18 @@ def phases(job: TableMaintainer) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["ingest", "ivm", "changes", "commits"])
+    parser.add_argument("which", choices=["ingest", "ivm", "changes", "reads", "commits"])
     parser.add_argument("--records", type=int, default=400_000, help="ingest: records (default 400,000)")
     parser.add_argument("--batches", type=int, default=8, help="ingest: barriers / micro-batches (default 8)")
     parser.add_argument("--repeat", type=int, default=2, help="ingest: alternating runs of each (default 2)")
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000_000],
-                        help="ivm: source rows, one or more sizes; changes, commits: the first one (default 10,000,000)")
+                        help="ivm: source rows, one or more sizes; changes, reads, commits: the first one (default "
+                             "10,000,000)")
     parser.add_argument("--changed", type=float, default=0.01,
                         help="ivm: rows changed per barrier, a fraction of the source (< 1) or a number (default 0.01)")
     parser.add_argument("--changes", choices=["spread", "recent"], default="spread",
                         help="ivm: where the changed rows are (default spread: anywhere)")
-    parser.add_argument("--rounds", type=int, default=3, help="ivm, changes, commits: barriers measured (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="ivm, changes, reads, commits: rounds measured (default 3)")
     parser.add_argument("--tz", default="America/Los_Angeles", help="commits: the JVM's time zone (default America/Los_Angeles)")
     parser.add_argument("--pause", type=float, default=0.5,
                         help="commits: seconds between a table's commits (default 0.5; 0: back to back, so each "
@@ -406,6 +451,8 @@ def main() -> None:
         bench_ingest(args.records, args.batches, args.repeat)
     elif args.which == "changes":
         bench_changes(args.rows[0], args.rounds)
+    elif args.which == "reads":
+        bench_reads(args.rows[0], args.rounds)
     elif args.which == "commits":
         bench_commits(args.rows[0], args.rounds, args.tz, args.pause)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -47,6 +48,31 @@ def test_versions_the_checksum_cannot_describe_are_read_by_delta(
     spark.createDataFrame([(1, "a"), (2, "b")], "k BIGINT, p STRING").write.format("delta").partitionBy("p").save(path)
     assert version_files(spark, path, 0) is None  # partition values live in the log, not the files
     assert _rows(read_version(spark, path, 0)) == [(1, "a"), (2, "b")]
+
+    path = table_path("deletion_vectors")
+    spark.createDataFrame([(1, "a"), (2, "b")], "k BIGINT, p STRING").coalesce(1).write.format("delta") \
+        .option("delta.enableDeletionVectors", "true").save(path)  # one file: a DELETE marks a row of it
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE k = 1")
+    assert version_files(spark, path, 1) is None  # a file's deleted rows are in its deletion vector
+    assert _rows(read_version(spark, path, 1)) == [(2, "b")]
+
+    path = table_path("mapped")
+    spark.createDataFrame([(1, "a")], "k BIGINT, p STRING").write.format("delta") \
+        .option("delta.columnMapping.mode", "name").option("delta.enableChangeDataFeed", "false").save(path)
+    assert version_files(spark, path, 0) is None  # the files' columns have other (physical) names
+    assert _rows(read_version(spark, path, 0)) == [(1, "a")]
+
+    path = table_path("checksums")
+    for rows in ([(1, "a")], [(2, "b")], [(3, "c")]):
+        spark.createDataFrame(rows, "k BIGINT, p STRING").write.format("delta").mode("append").save(path)
+    log = Path(path) / "_delta_log"
+    (log / f"{0:020d}.crc").unlink()  # missing
+    (log / f"{1:020d}.crc").write_text("not json")  # unreadable to the local file system, whose own checksum fails
+    (log / f"{2:020d}.crc").write_text("not json")  # read, and not JSON
+    (log / f".{2:020d}.crc.crc").unlink()
+    for version, rows in enumerate([[(1, "a")], [(1, "a"), (2, "b")], [(1, "a"), (2, "b"), (3, "c")]]):
+        assert version_files(spark, path, version) is None
+        assert _rows(read_version(spark, path, version)) == rows
 
 
 def test_appended_versions_read_from_their_commits_equal_the_change_data_feed(
