@@ -172,8 +172,8 @@ def appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[
     file, no new schema, no deletion vector), read from their commit files (``_log_json``).
     Their rows are then exactly what Delta's change data feed returns as inserts, which costs
     ~45 ms more a read (it resolves the snapshots at both ends first; ``bench.spark_jobs
-    changes``). None where that does not hold,
-    or for more than ``APPENDED_VERSIONS`` versions: the caller reads the change data feed."""
+    changes``). None where that does not hold, or for more than ``APPENDED_VERSIONS`` versions:
+    the caller reads the change data feed."""
     if not 0 < new - old <= APPENDED_VERSIONS:
         return None
     checksum = _log_json(spark, path, f"{new:020d}.crc")
