@@ -283,17 +283,39 @@ def ivm_at(spark: SparkSession, settings: Settings, rows: int, n_changed: int, r
     return median
 
 
+@contextmanager
+def scratch_spark(name: str) -> Iterator[tuple[SparkSession, str]]:
+    """A session over a scratch folder, for the benches that only write and read tables (no
+    broker); stopped at the end."""
+    from spark_jobs.runtime.session import build_session
+
+    with tempfile.TemporaryDirectory() as scratch:
+        spark = build_session(name, settings=Settings(warehouse=f"{scratch}/wh", home=Path(scratch), jars=JARS))
+        try:
+            yield spark, scratch
+        finally:
+            spark.stop()
+
+
+def print_medians(took: dict[str, list[float]], baseline: str, noun: str, versus: str,
+                  notes: dict[str, str] | None = None) -> None:
+    """Each way's median time (ms) and spread, and the baseline's median over it."""
+    base = statistics.median(took[baseline])
+    width = max(map(len, took))
+    for name, times in took.items():
+        note = f"; {notes[name]}" if notes else ""
+        print(f"{name:{width}}: median {statistics.median(times) * 1000:5.1f} ms (min {min(times) * 1000:.1f}, "
+              f"max {max(times) * 1000:.1f}; {len(times)} {noun}), {base / statistics.median(times):.2f}x {versus}{note}")
+
+
 def bench_changes(rows: int, rounds: int) -> None:
     from pyspark.sql import functions as F
 
     from spark_jobs.runtime.commits import barrier_txn
     from spark_jobs.runtime.delta_log import appended_files, read_files
     from spark_jobs.runtime.ivm import CDF_COLUMNS
-    from spark_jobs.runtime.session import build_session
 
-    with tempfile.TemporaryDirectory() as scratch:  # no broker: this reads tables only
-        settings = Settings(warehouse=f"{scratch}/wh", home=Path(scratch), jars=JARS)
-        spark = build_session("bench-changes", settings=settings)
+    with scratch_spark("bench-changes") as (spark, scratch):
         path = f"{scratch}/bids"
         spark.range(rows).selectExpr("id AS auction", "id % 100000 AS bidder", "id * 3 AS price", "current_timestamp() AS ts") \
             .write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
@@ -320,22 +342,15 @@ def bench_changes(rows: int, rounds: int) -> None:
                 if version > 2:
                     took[name].append(time.perf_counter() - started)
                 assert rows_read is not None and rows_read[0] == 5000
-        spark.stop()
-    base = statistics.median(took["change data feed"])
-    for name, times in took.items():
-        print(f"{name:17}: median {statistics.median(times) * 1000:4.0f} ms (min {min(times) * 1000:.0f}, "
-              f"max {max(times) * 1000:.0f}; {len(times)} reads), {base / statistics.median(times):.2f}x the feed")
+    print_medians(took, "change data feed", "reads", "the feed")
 
 
 def bench_reads(rows: int, rounds: int) -> None:
     from pyspark.sql import functions as F
 
     from spark_jobs.runtime.delta_log import read_version, version_files
-    from spark_jobs.runtime.session import build_session
 
-    with tempfile.TemporaryDirectory() as scratch:  # no broker: this reads tables only
-        settings = Settings(warehouse=f"{scratch}/wh", home=Path(scratch), jars=JARS)
-        spark = build_session("bench-reads", settings=settings)
+    with scratch_spark("bench-reads") as (spark, scratch):
         path = f"{scratch}/t"
         for i in range(40):  # 40 versions of one file each: the checksum lists 40 files
             spark.range(i * rows // 40, (i + 1) * rows // 40, numPartitions=1).selectExpr("id AS k", "id % 1000 AS v") \
@@ -361,25 +376,18 @@ def bench_reads(rows: int, rounds: int) -> None:
             assert version_files(spark, path, version) is not None
             if round_ > 1:
                 took["its checksum read"].append(time.perf_counter() - started)
-        spark.stop()
-    base = statistics.median(took["Delta's time travel"])
-    for name, times in took.items():
-        print(f"{name:19}: median {statistics.median(times) * 1000:5.1f} ms (min {min(times) * 1000:.1f}, "
-              f"max {max(times) * 1000:.1f}; {len(times)} reads), {base / statistics.median(times):.2f}x time travel")
+    print_medians(took, "Delta's time travel", "reads", "time travel")
 
 
 def bench_commits(rows: int, rounds: int, tz: str, pause: float) -> None:
     import os
 
     from spark_jobs.runtime.commits import DeltaSink
-    from spark_jobs.runtime.session import build_session
     from spark_jobs.runtime.stopwatch import Stopwatch
 
     os.environ["TZ"] = tz  # the JVM Spark starts next inherits it as its default time zone
     check = "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled"
-    with tempfile.TemporaryDirectory() as scratch:  # no broker: this writes tables only
-        settings = Settings(warehouse=f"{scratch}/wh", home=Path(scratch), jars=JARS)
-        spark = build_session("bench-commits", settings=settings)
+    with scratch_spark("bench-commits") as (spark, scratch):
         print(f"JVM time zone {spark._jvm.java.util.TimeZone.getDefault().getID()}, "  # type: ignore[union-attr]
               f"Spark session's {spark.conf.get('spark.sql.session.timeZone')}")
         delta_default = spark.newSession()
@@ -405,13 +413,9 @@ def bench_commits(rows: int, rounds: int, tz: str, pause: float) -> None:
                 time.sleep(pause)  # between barriers: the upkeep after the last commit runs in it
         for sink in sinks.values():
             sink.close()
-        spark.stop()
-    base = statistics.median(took["Delta's default (checked)"])
-    for name, times in took.items():
-        where = ", ".join(f"{p} {statistics.median(ms):.0f}" for p, ms in spent[name].items())
-        print(f"{name:26}: median {statistics.median(times) * 1000:4.0f} ms (min {min(times) * 1000:.0f}, "
-              f"max {max(times) * 1000:.0f}; {len(times)} commits), {base / statistics.median(times):.2f}x the "
-              f"default; median ms per phase: {where}")
+    where = {name: "median ms per phase: " + ", ".join(f"{p} {statistics.median(ms):.0f}" for p, ms in phases.items())
+             for name, phases in spent.items()}
+    print_medians(took, "Delta's default (checked)", "commits", "the default", where)
 
 
 def way(job: TableMaintainer) -> str:

@@ -19,7 +19,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
@@ -34,7 +33,7 @@ from coordinator.domain.errors import check_known
 from coordinator.domain.events import dead_letters
 from coordinator.domain.retention import Keep, versions_to_keep
 from coordinator.settings import Settings
-from spark_jobs.runtime.delta_log import data_file, parse_metadata
+from spark_jobs.runtime.delta_log import data_file, log_file, parse_metadata
 from spark_jobs.runtime.session import session_conf
 from spark_jobs.runtime.storage import Storage
 
@@ -134,11 +133,10 @@ def _unneeded_files(spark: SparkSession, storage: Storage, path: str, floor: int
     ``written_before_ms``, as Delta inventory rows."""
     needed = {_key(f) for f in spark.read.format("delta").option("versionAsOf", floor).load(path).inputFiles()}
     for version in range(floor + 1, latest + 1):
-        commit = storage.read_text(f"{path.rstrip('/')}/_delta_log/{version:020d}.json")
-        if commit is None:
+        actions = log_file(spark, path, f"{version:020d}.json")
+        if actions is None:
             return []  # the log no longer has every commit: cannot tell what is needed, delete nothing
-        for line in commit.splitlines():
-            action = json.loads(line)
+        for action in actions:
             for kind in ("add", "cdc"):
                 if kind in action:
                     needed.add(_key(data_file(path, unquote(action[kind]["path"]))))

@@ -110,27 +110,39 @@ def version_files(spark: SparkSession, path: str, version: int) -> tuple[list[st
     Delta would (no checksum or no file list in it, deletion vectors, partition columns, column
     mapping): the caller then asks Delta, whose time travel first reconstructs the version's
     state with several Spark jobs (0.5-0.9 s a table on this machine, against ~0.1 s this way)."""
-    checksum = _log_json(spark, path, f"{version:020d}.crc")
-    if not checksum or not isinstance(checksum[0].get("allFiles"), list) or not _plain(checksum[0].get("metadata")):
+    checksum = _checksum(spark, path, version)
+    if not isinstance(checksum.get("allFiles"), list) or not _plain(checksum.get("metadata")):
         return None
     files = []
-    for add in checksum[0]["allFiles"]:
+    for add in checksum["allFiles"]:
         if add.get("deletionVector"):
             return None
         files.append(data_file(path, unquote(add["path"])))
-    return files, checksum[0]["metadata"]["schemaString"]
+    return files, checksum["metadata"]["schemaString"]
+
+
+def log_file(spark: SparkSession, path: str, name: str) -> list[dict[str, Any]] | None:
+    """The JSON objects (one per line) of the file ``name`` in the table's ``_delta_log`` (a
+    commit, ``00000000000000000007.json``, or a checksum, ``.crc``), read in one go through
+    Hadoop's file system (any store Spark reads) and parsed here: asking Delta's parsed actions
+    field by field costs a Py4J round trip each, ~50 ms for a checksum of 40 files. None if the
+    file is missing; a file that cannot be read or parsed raises (``Py4JJavaError``, ``ValueError``)."""
+    text = Storage(spark).read_text(f"{path.rstrip('/')}/_delta_log/{name}")
+    return None if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _log_json(spark: SparkSession, path: str, name: str) -> list[dict[str, Any]] | None:
-    """The JSON objects (one per line) of the file ``name`` in the table's ``_delta_log``, read
-    in one go through Hadoop's file system (any store Spark reads) and parsed here: asking
-    Delta's parsed actions field by field costs a Py4J round trip each, ~50 ms for a checksum
-    of 40 files. None if the file is missing, unreadable or not JSON (the caller then asks Delta)."""
+    """``log_file``, or None where it raises: the light reads then leave the version to Delta."""
     try:
-        text = Storage(spark).read_text(f"{path.rstrip('/')}/_delta_log/{name}")
-        return [json.loads(line) for line in text.splitlines() if line.strip()] if text is not None else None
+        return log_file(spark, path, name)
     except (Py4JJavaError, ValueError):
         return None
+
+
+def _checksum(spark: SparkSession, path: str, version: int) -> dict[str, Any]:
+    """``version``'s checksum (its one JSON object), or {} where it cannot be read."""
+    found = _log_json(spark, path, f"{version:020d}.crc")
+    return found[0] if found and isinstance(found[0], dict) else {}
 
 
 def _plain(metadata: Any) -> bool:
@@ -176,8 +188,8 @@ def appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[
     the caller reads the change data feed."""
     if not 0 < new - old <= APPENDED_VERSIONS:
         return None
-    checksum = _log_json(spark, path, f"{new:020d}.crc")
-    if not checksum or not _plain(checksum[0].get("metadata")):
+    checksum = _checksum(spark, path, new)
+    if not _plain(checksum.get("metadata")):
         return None
     files = []
     for version in range(old + 1, new + 1):
@@ -190,4 +202,4 @@ def appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[
                 files.append(data_file(path, unquote(value["path"])))
             elif kind not in APPEND_ACTIONS:
                 return None
-    return files, checksum[0]["metadata"]["schemaString"]
+    return files, checksum["metadata"]["schemaString"]
