@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from coordinator.client.topics import COMPACTED, TIMED, Topics, create_topics, ensure_topics
 from coordinator.settings import Settings
@@ -18,9 +19,18 @@ from coordinator.settings import Settings
 pytestmark = pytest.mark.integration
 
 
+def _not_known_yet(error: BaseException) -> bool:
+    return isinstance(error, KafkaException) and error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
 def topic_config(admin: AdminClient, name: str, keys: list[str]) -> dict[str, str]:
-    [future] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)]).values()
-    entries = future.result(timeout=30)
+    """A topic's configs; a topic created a moment ago may not be in the answering broker's
+    metadata yet (a loaded machine), so the question is asked again for up to 30 s."""
+    for attempt in Retrying(retry=retry_if_exception(_not_known_yet), stop=stop_after_delay(30), wait=wait_fixed(0.2),
+                            reraise=True):
+        with attempt:
+            [future] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)]).values()
+            entries = future.result(timeout=30)
     return {key: entries[key].value for key in keys}
 
 
