@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -39,7 +40,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,11 @@ class Topology:
     read: str  # the reader's query; yields newest_ts per row and what ``anomalies`` checks
     keys: int
 
+    @property
+    def read_tables(self) -> list[str]:
+        """The aggregates the reader's query joins (a snapshot of just those)."""
+        return [t for t in self.aggregates if re.search(rf"\b{t}\b", self.read)]
+
     def pipeline(self) -> str:
         create = [f"CREATE TABLE {self.root} ({self.root_ddl}) WITH ('source' = 'kafka:{self.topic}', 'format' = 'json');"]
         return "\n".join(create + [f"CREATE TABLE {t} AS {q};" for t, q in self.aggregates.items()])
@@ -86,6 +92,22 @@ COUNTS = Topology(
     "FROM totals t FULL OUTER JOIN spans s ON t.k = s.k",
     keys=1000)
 TOPOLOGIES = {t.name: t for t in (SHOPPING, COUNTS)}
+
+
+def with_siblings(topology: Topology, siblings: int) -> Topology:
+    """``counts`` with ``siblings`` aggregates over its root (0: as it is, two): one reads
+    ``totals`` alone; more add aggregates the read does not join, whose jobs compete for the
+    same CPU and barriers (the cost of a topology that grows)."""
+    if not siblings or siblings == len(topology.aggregates):
+        return topology
+    if topology is not COUNTS:
+        raise SystemExit("--siblings applies to the counts topology")
+    if siblings == 1:
+        return replace(topology, aggregates={"totals": topology.aggregates["totals"]},
+                       read="SELECT n AS n1, n AS n2, newest_ts FROM totals")
+    extra = {f"extra_{i}": f"SELECT k, COUNT(*) AS n, SUM(v) + {i} AS total, MAX(ts) AS newest_ts FROM events GROUP BY k"
+             for i in range(siblings - 2)}
+    return replace(topology, aggregates={**topology.aggregates, **extra})
 
 
 def anomalies(topology: Topology, rows: list[Any]) -> int:
@@ -180,8 +202,10 @@ def yield_cpu(nice: int) -> None:
 CACHED_PAUSE_S = 0.05  # a caching reader's pause after a read that found nothing new
 
 
-def child_read(topology: Topology, system: str, until: float, out: Path, nice: int, cache: bool) -> None:
-    """Reads back to back until ``until`` (epoch s); one JSON line per read. At ``nice`` > 0 the
+def child_read(topology: Topology, system: str, until: float, out: Path, nice: int, cache: bool,
+               every_s: float = 0.0) -> None:
+    """Reads back to back (or one read every ``every_s``) until ``until`` (epoch s); one JSON line
+    per read. At ``nice`` > 0 the
     reader takes the CPU the jobs leave, so it measures the pipeline instead of slowing it.
     With ``cache`` a read of the same table versions as an earlier one returns that read's rows
     without Spark (Delta versions never change): both systems' readers then cost CPU only when
@@ -194,7 +218,7 @@ def child_read(topology: Topology, system: str, until: float, out: Path, nice: i
 
     settings = Settings.from_env()
     spark = build_session(f"reader-{system}", settings=settings)
-    tables = list(topology.aggregates)
+    tables = topology.read_tables
     seen: dict[tuple[tuple[str, int | None], ...], list[Any]] = {}
     with open(out, "w") as sink:
         while time.time() < until:
@@ -234,6 +258,7 @@ def child_read(topology: Topology, system: str, until: float, out: Path, nice: i
                                    "staleness_ms": None if newest is None else int(now * 1000) - newest,
                                    "anomalies": anomalies(topology, rows)}) + "\n")
             sink.flush()
+            time.sleep(max(0.0, t0 + every_s - time.time()))
     spark.stop()
 
 
@@ -335,6 +360,7 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
         cleanup.callback(procs.stop_all)
         py = sys.executable
         here = [py, "-m", "bench.freshness"]
+        siblings = ["--siblings", str(args.siblings)] if args.siblings else []
         pipeline = tmp / f"{topology.name}.sql"
         pipeline.write_text(topology.pipeline())
         started = time.time()
@@ -348,7 +374,8 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
         else:
             jobs = [None] if args.plain_layout == "one" else [topology.root, *topology.aggregates]
             for job in jobs:
-                procs.start(f"jobs:{job or 'all'}", [*here, "child-plain", topology.name, *(["--only", job] if job else [])],
+                procs.start(f"jobs:{job or 'all'}", [*here, "child-plain", topology.name, *siblings,
+                                                     *(["--only", job] if job else [])],
                             env, tmp / f"jobs-{job or 'all'}.log")
             ready = _wait_tables(settings, [topology.root, *topology.aggregates], procs)
         print(f"  {system}: jobs ready after {ready - started:.0f} s", flush=True)
@@ -357,7 +384,8 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
         until = gen_start + args.warmup + args.seconds
         reads = tmp / "reads.jsonl"
         procs.start("reader", [*here, "child-read", topology.name, system, "--until", str(until), "--out", str(reads),
-                               "--nice", str(args.reader_nice), *(["--cache"] if args.reader_cache else [])],
+                               "--nice", str(args.reader_nice), *(["--cache"] if args.reader_cache else []),
+                               "--every-s", str(1 / args.reads_per_s if args.reads_per_s else 0), *siblings],
                    env, tmp / "reader.log")
         procs.children["broker"] = _Pid(broker.running_pid())  # type: ignore[assignment]
         if worker is not None:
@@ -474,6 +502,9 @@ def _quarters(reads: list[dict[str, Any]]) -> list[list[float]]:
 
 def report(topology: Topology, results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     reader = "reader caches by versions" if args.reader_cache else "every read runs the query"
+    reader += f", {args.reads_per_s:g} read(s)/s at most" if args.reads_per_s else ", back to back"
+    if args.siblings:
+        reader += f"; {len(topology.aggregates)} aggregate(s) over the root"
     print(f"\n== {topology.name}: {args.rate:,} records/s, {args.seconds:.0f} s measured after {args.warmup:.0f} s warm-up; "
           f"{reader}")
     rows = []
@@ -521,6 +552,7 @@ def main() -> None:
     plain = sub.add_parser("child-plain")
     plain.add_argument("topology", choices=TOPOLOGIES)
     plain.add_argument("--only")
+    plain.add_argument("--siblings", type=int, default=0)
     read = sub.add_parser("child-read")
     read.add_argument("topology", choices=TOPOLOGIES)
     read.add_argument("system", choices=["lockstep", "plain"])
@@ -528,6 +560,8 @@ def main() -> None:
     read.add_argument("--out", type=Path, required=True)
     read.add_argument("--nice", type=int, default=0)
     read.add_argument("--cache", action="store_true")
+    read.add_argument("--every-s", type=float, default=0.0)
+    read.add_argument("--siblings", type=int, default=0)
     parser.add_argument("--topology", choices=[*TOPOLOGIES, "all"], default="all")
     parser.add_argument("--system", choices=["lockstep", "plain", "both"], default="both")
     parser.add_argument("--rate", type=int, default=10_000, help="records/s into the root topic (default 10,000)")
@@ -544,16 +578,23 @@ def main() -> None:
     parser.add_argument("--reader-cache", action="store_true",
                         help="both readers reuse the rows of a read of the same table versions (no Spark work when "
                              "nothing is new), pausing 50 ms after such a read; default: every read runs the query")
+    parser.add_argument("--reads-per-s", type=float, default=0.0,
+                        help="at most this many reads a second (default 0: back to back); the issue that set the "
+                             "freshness targets measured with a reader of ~1 read/s")
+    parser.add_argument("--siblings", type=int, default=0,
+                        help="counts only: this many aggregates over the root (1, 3, 10 ...; default 2, as defined)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (logs, tables) for a look")
     parser.add_argument("--run-arg", dest="run_args", action="append", default=[], help="extra `lockstep run` argument")
     args = parser.parse_args()
     if args.command == "child-generate":
         return child_generate(TOPOLOGIES[args.topology], args.rate)
     if args.command == "child-plain":
-        return child_plain(TOPOLOGIES[args.topology], args.only)
+        return child_plain(with_siblings(TOPOLOGIES[args.topology], args.siblings), args.only)
     if args.command == "child-read":
-        return child_read(TOPOLOGIES[args.topology], args.system, args.until, args.out, args.nice, args.cache)
+        return child_read(with_siblings(TOPOLOGIES[args.topology], args.siblings), args.system, args.until, args.out,
+                          args.nice, args.cache, args.every_s)
     topologies = list(TOPOLOGIES.values()) if args.topology == "all" else [TOPOLOGIES[args.topology]]
+    topologies = [with_siblings(t, args.siblings) for t in topologies]
     systems = ["lockstep", "plain"] if args.system == "both" else [args.system]
     for topology in topologies:
         results = {}

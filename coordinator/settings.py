@@ -158,6 +158,7 @@ class Settings:
     compact_every: int = 100  # a job compacts its table's small files after every this many commits (0: never)
     vacuum_every_s: int = 600  # `lockstep run` vacuums its jobs' tables this often (0: never)
     stuck_after_s: int = 60  # a job with barriers waiting and no progress this long is restarted (0: never)
+    fuse_jobs: bool = True  # jobs of one `lockstep run` that read only its tables share one streaming query
     log_retention_hours: int = 24  # Delta log entries older than this (rounded down to midnight) go at a checkpoint
     schema_registry_url: str = ""  # a Confluent-compatible schema registry (formats avro-confluent, ...); "": none
     connect_url: str = "http://127.0.0.1:8083"  # Kafka Connect's REST API (`lockstep dev up --connect` runs one)
@@ -195,6 +196,7 @@ class Settings:
             compact_every=_whole_number(env, "LOCKSTEP_COMPACT_EVERY", 100, minimum=0),
             vacuum_every_s=_whole_number(env, "LOCKSTEP_VACUUM_EVERY_S", 600, minimum=0),
             stuck_after_s=_whole_number(env, "LOCKSTEP_STUCK_AFTER_S", 60, minimum=0),
+            fuse_jobs=_switch(env, "LOCKSTEP_FUSE_JOBS", True),
             log_retention_hours=_whole_number(env, "LOCKSTEP_LOG_RETENTION_HOURS", 24),
             schema_registry_url=_http_url(env, "LOCKSTEP_SCHEMA_REGISTRY_URL", "",
                                           "http://127.0.0.1:8081/apis/ccompat/v7"),
@@ -318,6 +320,15 @@ def _whole_number(env: Mapping[str, str], name: str, default: int, minimum: int 
     if not raw.isdigit() or int(raw) < minimum:
         raise SettingsError(f"{name}={raw!r} must be a whole number >= {minimum}")
     return int(raw)
+
+
+def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "1" if default else "0").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name}={raw!r} must be 1 (on) or 0 (off)")
 
 
 def _warehouse(raw: str) -> str:

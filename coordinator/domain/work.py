@@ -24,7 +24,8 @@ from dataclasses import astuple, dataclass, field, replace
 from typing import Any
 
 from coordinator.domain.barriers import commit_points
-from coordinator.domain.events import JobState, OffsetRange
+from coordinator.domain.errors import LockstepError
+from coordinator.domain.events import END_STATUSES, JobState, OffsetRange
 from coordinator.domain.state import MetaState
 
 EARLIEST = -2  # an offset range's start when the partition is read from its first record (Kafka's -2)
@@ -58,6 +59,19 @@ class BarrierWork:
         return cls(row["barrier"], row["generation"], row["ts_ms"],
                    [OffsetRange(*o) for o in info["offsets"]], info["source_versions"],
                    tuple(info["restore_to"]) if info.get("restore_to") else None)
+
+
+def job_to_run(state: MetaState, job_id: str) -> JobState:
+    """The job ``job_id`` as the coordinator knows it, or an error that says why it cannot run
+    (its runner reports it and retries) instead of stalling it."""
+    job = state.jobs.get(job_id)
+    if job is None:
+        raise LockstepError(f"job {job_id!r} is not registered with the coordinator (run `lockstep run` first)")
+    if job.status not in END_STATUSES and job.sink not in state.tables:
+        # its commits would never count
+        raise LockstepError(f"table {job.sink!r} of job {job_id!r} is not in the coordinator's catalog any "
+                            "more (dropped while the job ran); run the pipeline again to declare it")
+    return job
 
 
 def ready_barrier(state: MetaState, job: JobState) -> int:

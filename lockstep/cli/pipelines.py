@@ -216,19 +216,25 @@ def _who() -> str:
 @click.command()
 @click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
 @format_option()
-def explain(pipeline_file: str, fmt: str) -> None:
-    """Print, per job, how it maintains its table and why, and which source columns each of its
-    columns is computed from (parses SQL only; starts no Spark)."""
+@click.pass_obj
+def explain(settings: Settings, pipeline_file: str, fmt: str) -> None:
+    """Print, per job, how it maintains its table and why, which source columns each of its
+    columns is computed from, and the fused groups `lockstep run` of the whole file makes (parses
+    SQL only; starts no Spark)."""
     from spark_jobs.planning.columns import column_lineage
+    from spark_jobs.planning.fusion import fused_groups
     from spark_jobs.planning.plans import explain_job
 
     pipeline = load(pipeline_file)
     columns = column_lineage(pipeline)
+    groups = fused_groups(pipeline.jobs) if settings.fuse_jobs else {}
+    group_of = {member: leader for leader, members in groups.items() for member in members}
     if fmt == "json":
         echo_json({"jobs": [{"job_id": job.job_id, "sink": job.sink, "sources": list(job.sources),
                              "topics": list(job.external_topics), "maintenance": explain_job(pipeline, job),
-                             "columns": columns.get(job.sink)}
-                            for job in pipeline.jobs]})
+                             "columns": columns.get(job.sink), "fused_with": group_of.get(job.job_id)}
+                            for job in pipeline.jobs],
+                   "fused_groups": {leader: list(members) for leader, members in groups.items()}})
         return
     for job in pipeline.jobs:
         click.echo(f"{job.job_id} -> {job.sink}: {explain_job(pipeline, job)}")
@@ -236,3 +242,6 @@ def explain(pipeline_file: str, fmt: str) -> None:
             click.echo("    columns: unknown (it reads a table this file does not declare)")
         for column, sources in (columns.get(job.sink) or {}).items():
             click.echo(f"    {column} <- {', '.join(sources) or '(no source column)'}")
+    for leader, members in groups.items():
+        click.echo(f"fused group of {leader}: {', '.join(members)} run on its commits in the same `lockstep run`, "
+                   "without a streaming query of their own (LOCKSTEP_FUSE_JOBS=0: each its own query)")

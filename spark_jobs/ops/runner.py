@@ -13,18 +13,19 @@ Example::
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 from coordinator.client.commands import emit, new_request_id
-from coordinator.client.state import StateReader, read_state
+from coordinator.client.state import StateFollower, StateReader, read_state
 from coordinator.client.topics import Topics
 from coordinator.domain import Command, DeclareTable, DeregisterJob, JobState, RegisterJob
 from coordinator.domain.errors import Rejected
@@ -33,11 +34,13 @@ from coordinator.domain.state import MetaState
 from coordinator.domain.work import BarrierWork, ready_barrier
 from coordinator.settings import Settings
 from spark_jobs.ops.ctas_cleanup import CtasCleanup
+from spark_jobs.ops.fused import FusedJob
 from spark_jobs.ops.hooks import JobEvent, JobHooks
 from spark_jobs.ops.openlineage_events import OpenLineageEvents
 from spark_jobs.ops.renewals import Renewals
 from spark_jobs.ops.upkeep import TableUpkeep
 from spark_jobs.ops.watchdog import Watchdog
+from spark_jobs.planning.fusion import fused_groups, fused_members
 from spark_jobs.planning.pipeline import Job, Pipeline, RootTable
 from spark_jobs.planning.plans import plan_for
 from spark_jobs.runtime.commits import CompletionPublisher
@@ -84,35 +87,57 @@ def _existing_elsewhere(settings: Settings, pipeline: Pipeline) -> set[str]:
     return {t.name for t in asked if t.name in state.tables and not ours(t.name)}
 
 
+class JobQuery(Protocol):
+    """What the Supervisor asks of a running job: a ``StreamingQuery``, or a ``FusedJob``."""
+
+    @property
+    def isActive(self) -> bool: ...  # noqa: N802 - StreamingQuery's name
+
+    @property
+    def status(self) -> dict[str, Any]: ...
+
+    @property
+    def runId(self) -> str: ...  # noqa: N802
+
+    def exception(self) -> Any: ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class JobRun:
     """A started job: its streaming query, and what processes its barriers (``close()`` it once
     the query stopped, so its table's upkeep ends too)."""
 
-    query: StreamingQuery
+    query: JobQuery
     processor: RootIngestion | TableMaintainer
 
 
-def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Settings,
-              on_barrier: Callable[[BarrierWork], None] | None = None, drain_flag: Path | None = None) -> JobRun:
-    """Start one job as its own streaming query. Its writes use a session of their own, since
-    the per-barrier Delta txn settings are session SQL confs and jobs run concurrently. Once the
-    file ``drain_flag`` exists the job is offered no new barrier (``Supervisor.stop``)."""
-    register_barrier_source(spark)
+def job_processor(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Settings) -> RootIngestion | TableMaintainer:
+    """What processes ``job``'s barriers, in a session of its own: the per-barrier Delta txn
+    settings are session SQL confs, and jobs run concurrently."""
     session = spark.newSession()
     publisher = CompletionPublisher(settings)
     table = pipeline.table(job.sink)
     try:
         if isinstance(table, RootTable):
-            processor = RootIngestion(session, table, job.job_id, settings.table_location, publisher,
-                                      kafka_source_options(settings), crash_at=settings.crash_at,
-                                      compact_every=settings.compact_every, registry_url=settings.schema_registry_url)
-        else:
-            processor = TableMaintainer(session, table, plan_for(pipeline, table), job.job_id, settings.table_location,
-                                        publisher, crash_at=settings.crash_at, compact_every=settings.compact_every)
+            return RootIngestion(session, table, job.job_id, settings.table_location, publisher,
+                                 kafka_source_options(settings), crash_at=settings.crash_at,
+                                 compact_every=settings.compact_every, registry_url=settings.schema_registry_url)
+        return TableMaintainer(session, table, plan_for(pipeline, table), job.job_id, settings.table_location,
+                               publisher, crash_at=settings.crash_at, compact_every=settings.compact_every)
     except BaseException:  # e.g. a table Delta refuses to create: no producer left behind
         publisher.close()
         raise
+
+
+def start_job(spark: SparkSession, pipeline: Pipeline, job: Job, settings: Settings,
+              on_barrier: Callable[[BarrierWork], None] | None = None, drain_flag: Path | None = None) -> JobRun:
+    """Start one job as its own streaming query (its processor: ``job_processor``). Once the
+    file ``drain_flag`` exists the job is offered no new barrier (``Supervisor.stop``)."""
+    register_barrier_source(spark)
+    processor = job_processor(spark, pipeline, job, settings)
+    session = processor.spark
 
     def batch(frame: DataFrame, batch_id: int) -> None:
         # Each job's Spark jobs go to a scheduler pool of its own: a small barrier of one job
@@ -151,7 +176,7 @@ def start_jobs(spark: SparkSession, pipeline: Pipeline, settings: Settings, only
     return [start_job(spark, pipeline, job, settings) for job in select_jobs(pipeline, only)]
 
 
-def _await_batch(query: StreamingQuery, deadline: float) -> None:
+def _await_batch(query: JobQuery, deadline: float) -> None:
     """Wait until ``query``'s batch in progress ended (its barrier committed), or ``deadline``."""
     while time.monotonic() < deadline and query.isActive and query.status["isTriggerActive"]:
         time.sleep(0.1)
@@ -211,7 +236,8 @@ class Supervisor:
     finish_timeout: float = 120.0  # longest wait for the barrier in progress of a FINISHED job
     max_restarts: int | None = None  # None: restart a failing job forever
     renewals: Renewals | None = None  # started at registration (lockstep run); else by start()
-    queries: dict[str, StreamingQuery] = field(default_factory=dict)
+    queries: dict[str, JobQuery] = field(default_factory=dict)
+    fused: set[str] = field(default_factory=set)  # jobs that run as members of a fused group (``fused``)
     failures: dict[str, int] = field(default_factory=dict)
     ended: dict[str, str] = field(default_factory=dict)  # job id -> status, for jobs stopped here
     _retry_at: dict[str, float] = field(default_factory=dict)
@@ -224,6 +250,7 @@ class Supervisor:
     _lagging: dict[str, tuple[float, int]] = field(default_factory=dict)  # job -> (when, behind) last said
     _upkeep: TableUpkeep | None = None
     _drain_flag: Path = field(init=False)
+    _follower: StateFollower | None = None  # the state the fused members follow
 
     def __post_init__(self) -> None:
         lineage = [OpenLineageEvents(self.settings, self.pipeline)] if self.settings.openlineage else []
@@ -236,6 +263,10 @@ class Supervisor:
         if self.renewals is None:
             self.renewals = Renewals(self.settings, [j.job_id for j in jobs], self.report).start()
         self._upkeep = TableUpkeep(self.spark, self.settings, [j.sink for j in jobs], self.report).start()
+        if self.settings.fuse_jobs:
+            self.fused = fused_members(jobs)
+            for leader, members in fused_groups(jobs).items():
+                self.report(f"fused group of {leader}: {', '.join(members)} run on its commits (no query of their own)")
         # where the jobs stand before they start: a job far behind is reported from its first
         # barrier on, even if it catches up before the first poll reads the state again
         before = self._read_state("the jobs' state") if self.follow_status else None
@@ -245,7 +276,7 @@ class Supervisor:
         if before is not None:
             self._report_progress(before, time.monotonic())
 
-    def _start_job(self, job: Job) -> StreamingQuery:
+    def _start_job(self, job: Job) -> JobQuery:
         """Start ``job``; say how long its setup took and, once, when its first barrier is in (a
         restart's recovery time, where a user sees it)."""
         began = time.monotonic()
@@ -259,10 +290,29 @@ class Supervisor:
                 self.report(f"job {job.job_id} committed barrier {work.barrier}, {time.monotonic() - began:.1f} s after "
                             f"it started{took}")
 
-        run = start_job(self.spark, self.pipeline, job, self.settings, on_barrier=committed, drain_flag=self._drain_flag)
+        if job.job_id in self.fused:
+            run = self._start_fused(job, committed)
+        else:
+            run = start_job(self.spark, self.pipeline, job, self.settings, on_barrier=committed,
+                            drain_flag=self._drain_flag)
         setup.append(time.monotonic() - began)
         self._processors[job.job_id] = run.processor
         return run.query
+
+    def _start_fused(self, job: Job, committed: Callable[[BarrierWork], None]) -> JobRun:
+        """Start ``job`` as a member of its fused group: a thread of this driver that follows the
+        state (``spark_jobs.ops.fused``). Its streaming checkpoint, from a run without fusion, is
+        removed: were it ever run as its own query again, it would start from its table's newest
+        exact point (``work_for``), not replay old batches."""
+        if self._follower is None:
+            self._follower = StateFollower(self.settings, Topics(self.settings.topic_prefix))
+            self._follower.start()
+            self._follower.wait_current(timeout=60)  # a member never plans from a state still being read
+        shutil.rmtree(self.settings.checkpoints / job.job_id, ignore_errors=True)
+        processor = job_processor(self.spark, self.pipeline, job, self.settings)
+        member = FusedJob(processor, job.job_id, self._follower, self.settings.barriers.catchup_stride,
+                          on_barrier=committed, drain_flag=self._drain_flag)
+        return JobRun(member, processor)
 
     def poll(self) -> None:
         """Stop jobs that were ended, stop stuck ones (the watchdog), notice failed ones and
@@ -285,6 +335,9 @@ class Supervisor:
                 error = query.exception()
                 self.failures[job_id] = self.failures.get(job_id, 0) + 1
                 first_line = self._stuck.pop(job_id, None) or (str(error).splitlines()[0] if error else "stopped")
+                if job_id in self.fused:
+                    self.fused.discard(job_id)
+                    self.report(f"job {job_id} leaves its fused group: it runs as its own streaming query from now on")
                 if self.max_restarts is not None and self.failures[job_id] > self.max_restarts:
                     self._give_up(job, first_line)
                     continue
@@ -347,7 +400,7 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 - reported; the restart is tried all the same
                 self.report(f"job {job_id} did not stop cleanly: {spark_error(exc)}")
 
-    def _activity(self, query: StreamingQuery) -> tuple[int, int]:
+    def _activity(self, query: JobQuery) -> tuple[int, int]:
         """How far the Spark work of ``query``'s run got: its newest Spark job (every job of a run
         is in the run's job group) and the tasks finished in its running ones."""
         tracker = self.spark.sparkContext.statusTracker()
@@ -452,6 +505,9 @@ class Supervisor:
         self._drain_flag.unlink(missing_ok=True)
         if self.renewals is not None:
             self.renewals.close()
+        if self._follower is not None:
+            self._follower.stop()
+            self._follower = None
         if self._status_reader is not None:
             self._status_reader.close()
             self._status_reader = None

@@ -39,7 +39,7 @@ from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
 from coordinator.domain import JobState, MetaState
 from coordinator.domain.events import END_STATUSES
-from coordinator.domain.work import ready_barrier, work_for
+from coordinator.domain.work import job_to_run, ready_barrier, work_for
 from coordinator.settings import Settings
 
 SCHEMA = "barrier BIGINT, generation BIGINT, ts_ms BIGINT, info STRING"
@@ -121,20 +121,10 @@ class BarrierReader(SimpleDataSourceStreamReader):
             self._follower = follower
         return self._follower
 
-    def _job(self, state: MetaState) -> JobState:
-        job = state.jobs.get(self.job_id)
-        if job is None:
-            raise RuntimeError(f"job {self.job_id!r} is not registered with the coordinator (run `lockstep run` first)")
-        if job.status not in END_STATUSES and job.sink not in state.tables:
-            # its commits would never count: fail loudly (the runner reports and retries) instead of stalling
-            raise RuntimeError(f"table {job.sink!r} of job {self.job_id!r} is not in the coordinator's catalog any "
-                               "more (dropped while the job ran); run the pipeline again to declare it")
-        return job
-
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 - pyspark API
         reader = self._following().reader
         with reader.lock:
-            job = self._job(reader.state)
+            job = job_to_run(reader.state, self.job_id)
             return {"barrier": job.resume_barrier, "generation": job.generation}
 
     def read(self, start: dict[str, int]) -> tuple[Iterator[tuple[int, int, int, str]], dict[str, int]]:
@@ -142,7 +132,7 @@ class BarrierReader(SimpleDataSourceStreamReader):
         reader = self._following().reader
         with reader.lock:
             state = reader.state
-            job = self._job(state)
+            job = job_to_run(state, self.job_id)
             if job.status in END_STATUSES or self._draining():
                 # stopped (`lockstep stop`), or its runner is stopping: no barrier after the one in progress
                 return iter(()), start
@@ -164,7 +154,7 @@ class BarrierReader(SimpleDataSourceStreamReader):
         """A batch again after a restart: the same barriers, planned from the state as it is."""
         reader = self._following().reader
         with reader.lock:
-            return iter(self._rows(reader.state, self._job(reader.state), start, end))
+            return iter(self._rows(reader.state, job_to_run(reader.state, self.job_id), start, end))
 
     def _rows(self, state: MetaState, job: JobState, start: dict[str, int],
               end: dict[str, int]) -> list[tuple[int, int, int, str]]:

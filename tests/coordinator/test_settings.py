@@ -79,6 +79,8 @@ def test_every_knob_is_typed_and_defaults_follow_the_readme() -> None:
         (1000, 3, 30000, 10)
     assert (s.spark_master, s.spark_log_level, s.crash_at, s.schemas) == ("local[2]", None, None, None)
     assert (s.compact_every, s.vacuum_every_s, s.retain_barriers, s.log_retention_hours) == (100, 600, 100, 24)
+    assert s.fuse_jobs and not Settings.from_env({"LOCKSTEP_FUSE_JOBS": "0"}).fuse_jobs
+    assert Settings.from_env({"LOCKSTEP_FUSE_JOBS": "on"}).fuse_jobs
     set_ = Settings.from_env({"LOCKSTEP_BARRIER_INTERVAL_MS": "200", "LOCKSTEP_BARRIER_CATCHUP_STRIDE": "5",
                               "LOCKSTEP_SPARK_LOG_LEVEL": "error", "LOCKSTEP_CRASH_AT": "before_completion:0.25",
                               "LOCKSTEP_SPARK_MASTER": "spark://127.0.0.1:7077", "LOCKSTEP_SCHEMAS": "/s"})
@@ -100,6 +102,7 @@ def test_every_knob_is_typed_and_defaults_follow_the_readme() -> None:
     ("LOCKSTEP_REPLICATION_FACTOR", "three", "whole number >= 1"),
     ("LOCKSTEP_COMPACT_EVERY", "often", "whole number >= 0"),
     ("LOCKSTEP_VACUUM_EVERY_S", "-5", "whole number >= 0"),
+    ("LOCKSTEP_FUSE_JOBS", "sometimes", "1 (on) or 0 (off)"),
     ("LOCKSTEP_CRASH_AT", "before_lunch", "before_commit, before_completion"),
     ("LOCKSTEP_CRASH_AT", "before_commit:2", "between 0 and 1"),
     ("LOCKSTEP_SPARK_LOG_LEVEL", "loud", "WARN"),
