@@ -142,7 +142,7 @@ class LocalService:
         pid = self.launch()
         try:
             self.wait_ready(pid, timeout)
-        except ServiceError:
+        except BaseException:  # not up, for whatever reason (Ctrl-C too): no server left behind
             self.down()
             raise
         return pid

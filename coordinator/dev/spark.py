@@ -60,7 +60,9 @@ class _SparkDaemon(LocalService):
 
     def prepare(self) -> None:
         (self.home / "work").mkdir(parents=True, exist_ok=True)
-        self.properties_file.write_text("spark.ui.showConsoleProgress false\n")
+        # the master's REST submission server would take port 6066, the coordinator's default,
+        # for a way of submitting that Lockstep does not use
+        self.properties_file.write_text("spark.ui.showConsoleProgress false\nspark.master.rest.enabled false\n")
 
     def arguments(self) -> list[str]:
         raise NotImplementedError
@@ -94,7 +96,7 @@ class SparkMaster(_SparkDaemon):
     def answers(self) -> bool:
         try:
             self.workers_alive()
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a page not yet its JSON one, while the UI starts
             self.last_error = str(exc)
             return False
         return True

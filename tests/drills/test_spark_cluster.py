@@ -69,6 +69,8 @@ def test_the_shopping_pipeline_runs_on_a_spark_cluster_and_reads_stay_consistent
         apps = applications(spark_cluster)
         assert [a["name"] for a in apps] == ["lockstep-shopping"], apps  # the jobs run on the cluster
         assert all(a.get("cores", 0) >= 1 for a in apps), apps
+        # no REST submission server: it would listen on 6066, the coordinator's default port
+        assert "REST server" not in spark_cluster.master.log_file.read_text()
         shoppers.start()
         prober = Prober(spark, settings, memo=True)
         wait_until(lambda: prober.read("read-committed") and len(prober.stats["read-committed"].barriers) >= 4,
