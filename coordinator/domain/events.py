@@ -237,6 +237,7 @@ class BarrierCompleted:
     started_at_ms: int = 0
     committed_at_ms: int = 0
     phases: tuple[PhaseTime, ...] = ()  # where the time between started and committed went
+    fused_with: str = ""  # the leader job of the fused group that ran this barrier ("": the job's own query)
 
 
 @dataclass(frozen=True)

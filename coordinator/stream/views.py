@@ -12,18 +12,25 @@ from coordinator.domain.records import to_record
 
 def topology(state: MetaState, now_ms: int, liveness_ms: int) -> dict[str, Any]:
     """Tables in the catalog (CTAS tables not yet created are listed under ``pending`` only); a
-    job's status is STALLED when it is RUNNING but silent past the liveness window."""
+    job's status is STALLED when it is RUNNING but silent past the liveness window; ``fused_with``
+    is the leader of the fused group that made its newest commit ("": its own query)."""
     return {
         "tables": {n: {"kind": (t := state.tables[n]).kind, "writer": t.writer, "generation": t.generation}
                    for n in state.catalog()},
         "pending": state.pending(),
         "jobs": {
             j: {"sink": s.sink, "sources": list(s.sources), "external_topics": list(s.external_topics),
-                "status": state.status_of(s, now_ms, liveness_ms)}
+                "status": state.status_of(s, now_ms, liveness_ms), "fused_with": _fused_with(state, j, s.sink)}
             for j, s in sorted(state.jobs.items())
         },
         "edges": [list(e) for e in state.edges()],
     }
+
+
+def _fused_with(state: MetaState, job_id: str, sink: str) -> str:
+    done = state.completions.get(sink)
+    newest = done[max(done)] if done else None
+    return newest.fused_with if newest is not None and newest.job_id == job_id else ""
 
 
 def table(state: MetaState, name: str) -> dict[str, Any] | None:

@@ -40,7 +40,7 @@ from spark_jobs.ops.openlineage_events import OpenLineageEvents
 from spark_jobs.ops.renewals import Renewals
 from spark_jobs.ops.upkeep import TableUpkeep
 from spark_jobs.ops.watchdog import Watchdog
-from spark_jobs.planning.fusion import fused_groups, fused_members
+from spark_jobs.planning.fusion import fused_groups
 from spark_jobs.planning.pipeline import Job, Pipeline, RootTable
 from spark_jobs.planning.plans import plan_for
 from spark_jobs.runtime.commits import CompletionPublisher
@@ -237,7 +237,7 @@ class Supervisor:
     max_restarts: int | None = None  # None: restart a failing job forever
     renewals: Renewals | None = None  # started at registration (lockstep run); else by start()
     queries: dict[str, JobQuery] = field(default_factory=dict)
-    fused: set[str] = field(default_factory=set)  # jobs that run as members of a fused group (``fused``)
+    fused: dict[str, str] = field(default_factory=dict)  # member job id -> its group's leader (``fused``)
     failures: dict[str, int] = field(default_factory=dict)
     ended: dict[str, str] = field(default_factory=dict)  # job id -> status, for jobs stopped here
     _retry_at: dict[str, float] = field(default_factory=dict)
@@ -264,8 +264,8 @@ class Supervisor:
             self.renewals = Renewals(self.settings, [j.job_id for j in jobs], self.report).start()
         self._upkeep = TableUpkeep(self.spark, self.settings, [j.sink for j in jobs], self.report).start()
         if self.settings.fuse_jobs:
-            self.fused = fused_members(jobs)
             for leader, members in fused_groups(jobs).items():
+                self.fused.update(dict.fromkeys(members, leader))
                 self.report(f"fused group of {leader}: {', '.join(members)} run on its commits (no query of their own)")
         # where the jobs stand before they start: a job far behind is reported from its first
         # barrier on, even if it catches up before the first poll reads the state again
@@ -310,6 +310,7 @@ class Supervisor:
             self._follower.wait_current(timeout=60)  # a member never plans from a state still being read
         shutil.rmtree(self.settings.checkpoints / job.job_id, ignore_errors=True)
         processor = job_processor(self.spark, self.pipeline, job, self.settings)
+        processor.publisher.fused_with = self.fused[job.job_id]
         member = FusedJob(processor, job.job_id, self._follower, self.settings.barriers.catchup_stride,
                           on_barrier=committed, drain_flag=self._drain_flag)
         return JobRun(member, processor)
@@ -336,7 +337,7 @@ class Supervisor:
                 self.failures[job_id] = self.failures.get(job_id, 0) + 1
                 first_line = self._stuck.pop(job_id, None) or (str(error).splitlines()[0] if error else "stopped")
                 if job_id in self.fused:
-                    self.fused.discard(job_id)
+                    del self.fused[job_id]
                     self.report(f"job {job_id} leaves its fused group: it runs as its own streaming query from now on")
                 if self.max_restarts is not None and self.failures[job_id] > self.max_restarts:
                     self._give_up(job, first_line)

@@ -56,7 +56,3 @@ def fused_groups(jobs: Sequence[Job]) -> dict[str, tuple[str, ...]]:
             groups.setdefault(root(job.job_id), []).append(job.job_id)
     return {head: tuple(members) for head, members in groups.items()}
 
-
-def fused_members(jobs: Sequence[Job]) -> set[str]:
-    """The job ids that run in a group without a streaming query of their own."""
-    return {m for members in fused_groups(jobs).values() for m in members}

@@ -268,9 +268,11 @@ def merge_by_key(spark: SparkSession, path: str, rows: DataFrame, key: Sequence[
 
 
 class CompletionPublisher:
-    """Publishes BarrierCompleted facts (after the Delta commit, never before)."""
+    """Publishes BarrierCompleted facts (after the Delta commit, never before). ``fused_with``
+    names the leader of the fused group that runs the job, if it is a member of one."""
 
     def __init__(self, settings: Settings) -> None:
+        self.fused_with = ""
         self.topic = Topics(settings.topic_prefix).completions
         self.crash_at = settings.crash_at
         self.codec = default_codec(settings.schemas)
@@ -302,7 +304,7 @@ class CompletionPublisher:
             job_id, table, barrier, generation, version, rows[0], rows[1], rows[2],
             tuple(SourceVersion(t, v) for t, v in sorted((source_versions or {}).items())),
             tuple(offsets),
-            started_at_ms, now_ms(), tuple(phases),
+            started_at_ms, now_ms(), tuple(phases), self.fused_with,
         )
         if self.producer is None:
             raise RuntimeError(f"the completion publisher of {table} is closed (its job stopped)")

@@ -96,7 +96,8 @@ function drawTables(data) {
   const rows = Object.entries(data.tables).map(([name, t]) => {
     const writer = writerOf(data, name);
     const status = writer ? writer[1].status : "–";
-    return cells(name, [[name], [t.kind], [writer ? writer[0] : "–"], [status, `status-${status}`],
+    const job = writer ? writer[0] + (writer[1].fused_with ? ` (fused with ${writer[1].fused_with})` : "") : "–";
+    return cells(name, [[name], [t.kind], [job], [status, `status-${status}`],
       [fmt(t.freshness_ms), "num freshness"], [fmt(t.staleness_p50_ms), "num"],
       [`${fmt(t.e2e_last_ms)} / ${fmt(t.e2e_p50_ms)}`, "num"], [String(t.lag_barriers ?? "–"), "num"],
       [String(t.dead_letters), "num"]]);

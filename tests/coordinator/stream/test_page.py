@@ -52,6 +52,8 @@ def test_the_page_draws_a_running_pipeline_and_keeps_up(
     wait.until(lambda b: re.fullmatch(r"\d+\.\d s", b.find_element(By.CSS_SELECTOR, freshness).text))
     cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#tables tr[data-table='clicks'] td")]
     assert cells[0] == "clicks" and cells[3] == "RUNNING" and cells[-1] == "1", cells
+    per_user = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#tables tr[data-table='per_user'] td")]
+    assert per_user[2] == "maintain_per_user (fused with ingest_clicks)", per_user  # its job runs on clicks' commits
     # column lineage, from the SQL the worker holds
     lineage = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
                for tr in browser.find_elements(By.CSS_SELECTOR, "#columns tbody tr")]

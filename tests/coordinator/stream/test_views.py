@@ -32,6 +32,18 @@ def test_table_delays_and_metrics(make_state: Callable[..., MetaState]) -> None:
     assert views.topology(state, 2_000, 30_000)["edges"] == [["shopping", "user_item_amount"], ["shopping", "user_item_price"]]
 
 
+def test_a_job_shows_the_fused_group_that_made_its_newest_commit(make_state: Callable[..., MetaState]) -> None:
+    state = make_state(BarrierAnnounced(1, 1_000), BarrierAnnounced(2, 2_000),
+                       BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4),
+                       BarrierCompleted("amount_job", "user_item_amount", 1, 0, 1, fused_with="ingest_shopping"),
+                       BarrierCompleted("price_job", "user_item_price", 1, 0, 1, fused_with="ingest_shopping"),
+                       BarrierCompleted("price_job", "user_item_price", 2, 0, 2),  # left the group: its own query
+                       shopping_topology=True)
+    jobs = views.topology(state, 2_000, 30_000)["jobs"]
+    assert {j: v["fused_with"] for j, v in jobs.items()} == {
+        "ingest_shopping": "", "amount_job": "ingest_shopping", "price_job": ""}
+
+
 def test_a_running_job_silent_past_the_liveness_window_shows_as_stalled(make_state: Callable[..., MetaState]) -> None:
     state = make_state(BarrierAnnounced(1, 1_000),
                        BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4, committed_at_ms=50_000),

@@ -55,7 +55,7 @@ def test_members_run_on_the_leaders_commits_and_one_that_fails_runs_as_its_own_q
     monkeypatch.setattr(TableMaintainer, "process", failing_once)
     reports: list[str] = []
     with supervised(spark, pipeline, settings, report=reports.append) as supervisor:
-        assert supervisor.fused == {"maintain_sums", "maintain_big_sums"}
+        assert supervisor.fused == {"maintain_sums": "ingest_events", "maintain_big_sums": "ingest_events"}
         assert "fused group of ingest_events: maintain_sums, maintain_big_sums run on its commits " \
                "(no query of their own)" in reports
         assert all(isinstance(supervisor.queries[j], FusedJob) for j in supervisor.fused)
@@ -65,7 +65,7 @@ def test_members_run_on_the_leaders_commits_and_one_that_fails_runs_as_its_own_q
         fail.append(0)
         wait_until(lambda: len(fail) == 2, "maintain_sums fails once")
         state, b = wait_for_barrier(settings, ["events", "sums", "big_sums"], records.send(30), topic)
-        assert supervisor.fused == {"maintain_big_sums"} and supervisor.failures == {"maintain_sums": 1}
+        assert supervisor.fused == {"maintain_big_sums": "ingest_events"} and supervisor.failures == {"maintain_sums": 1}
         assert streams(spark, jobs) == ["ingest_events", "maintain_sums"]
     assert any(r.startswith("job maintain_sums leaves its fused group") for r in reports), reports
     assert any(r.startswith("job maintain_sums restarted (attempt 2)") for r in reports), reports
@@ -89,7 +89,7 @@ def test_without_fusion_every_job_is_its_own_query(
     register_pipeline(settings, pipeline)
     records = KeyedRecords(kafka_bootstrap, topic)
     with supervised(spark, pipeline, settings) as supervisor:
-        assert supervisor.fused == set()
+        assert supervisor.fused == {}
         assert streams(spark, {j.job_id for j in pipeline.jobs}) == ["ingest_events", "maintain_big_sums",
                                                                      "maintain_sums"]
         wait_for_barrier(settings, ["events", "sums", "big_sums"], records.send(10), topic)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_jobs.planning.fusion import fused_groups, fused_members
+from spark_jobs.planning.fusion import fused_groups
 from spark_jobs.planning.pipeline import Job
 
 
@@ -22,7 +22,7 @@ def test_members_are_the_jobs_that_read_only_tables_of_the_run_however_deep() ->
 def test_a_job_that_reads_a_table_written_elsewhere_keeps_its_own_query() -> None:
     jobs = [root("orders"), derived("enriched", "orders", "customers"), derived("later", "enriched")]
     assert fused_groups(jobs) == {}
-    assert fused_members([derived("totals", "orders")]) == set()  # its root job runs elsewhere (`--job`)
+    assert fused_groups([derived("totals", "orders")]) == {}  # its root job runs elsewhere (`--job`)
 
 
 def test_a_join_of_two_roots_makes_one_group_led_by_the_first() -> None:
