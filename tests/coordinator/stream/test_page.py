@@ -12,11 +12,15 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from pyspark.sql import SparkSession
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from coordinator.settings import Settings
+from spark_jobs.ops.runner import register_pipeline
+from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support.barriers import wait_for_barrier
+from tests.support.supervising import Stack, supervised
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -27,11 +31,18 @@ CREATE MATERIALIZED VIEW per_user AS SELECT user_id, SUM(n) AS total FROM clicks
 
 
 def test_the_page_draws_a_running_pipeline_and_keeps_up(
-    run_pipeline: Callable[[str], Settings], make_topic: Callable, kafka_bootstrap: str,
+    spark: SparkSession, make_stack: Callable[[], Stack], make_topic: Callable, kafka_bootstrap: str,
     make_browser: Callable, tmp_path: Path,
 ) -> None:
     topic = make_topic(partitions=1)
-    settings = run_pipeline(PIPELINE.format(topic=topic))
+    settings = make_stack().settings
+    pipeline = parse_pipeline(PIPELINE.format(topic=topic))
+    register_pipeline(settings, pipeline)
+    with supervised(spark, pipeline, settings):  # as `lockstep run` runs them: per_user in clicks' fused group
+        check_page(settings, topic, kafka_bootstrap, make_browser, tmp_path)
+
+
+def check_page(settings: Settings, topic: str, kafka_bootstrap: str, make_browser: Callable, tmp_path: Path) -> None:
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i in range(20):
         producer.produce(topic, json.dumps({"user_id": i % 4, "n": 1}).encode())
