@@ -36,9 +36,12 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
         confs: dict[str, str], metrics_address: str | None) -> None:
     """Register a pipeline's tables and jobs with the coordinator, then run its jobs.
 
-    Any rejection is printed and nothing starts. Each job is its own streaming query with
-    its own checkpoint under $LOCKSTEP_HOME/checkpoints; a job that fails is reported and
-    restarted with a growing backoff while the others carry on.
+    Any rejection is printed and nothing starts. Each root job is its own streaming query with
+    its own checkpoint under $LOCKSTEP_HOME/checkpoints; the jobs that read only tables of this
+    run are its fused group: they run on those tables' commits, without a query of their own
+    (`lockstep explain` lists the groups; LOCKSTEP_FUSE_JOBS=0: every job its own query). A job
+    that fails is reported and restarted with a growing backoff while the others carry on (a
+    member of a fused group then runs as its own query).
     With --master spark://HOST:PORT the jobs' Spark work runs on that cluster's executors (the
     driver, with the barrier source, the commits and the completions, stays in this process).
 

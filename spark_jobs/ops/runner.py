@@ -4,7 +4,7 @@ Example::
 
     pipeline = load_pipeline(Path("pipelines/shopping.sql"))
     register_pipeline(settings, pipeline)          # raises Rejected: nothing is started then
-    runs = start_jobs(spark, pipeline, settings)   # one streaming query per job
+    runs = start_jobs(spark, pipeline, settings)   # one streaming query per job (Supervisor: fused groups)
     ...
     for run in runs:
         run.query.stop()
@@ -200,7 +200,10 @@ def barriers_behind(state: MetaState, job_ids: Sequence[str]) -> dict[str, tuple
 
 @dataclass
 class Supervisor:
-    """Keeps a pipeline's jobs running: a job that fails is reported and restarted after a
+    """Keeps a pipeline's jobs running, each as its own streaming query or, with
+    ``LOCKSTEP_FUSE_JOBS`` (the default), the jobs that read only tables of this run as members of
+    their root job's fused group (``spark_jobs.ops.fused``; ``fused`` maps each to its group's
+    leader). A job that fails is reported and restarted after a
     backoff (1 s, 2 s, 4 s ... at most ``max_backoff``) while the others carry on; the restarted
     job catches up from its checkpoint and its table's Delta history. With ``follow_status``
     (``lockstep run``), a job that ``lockstep stop`` ended is stopped here (FINISHED: after the
