@@ -105,8 +105,8 @@ def with_siblings(topology: Topology, siblings: int) -> Topology:
     if siblings == 1:
         return replace(topology, aggregates={"totals": topology.aggregates["totals"]},
                        read="SELECT n AS n1, n AS n2, newest_ts FROM totals")
-    extra = {f"extra_{i}": f"SELECT k, COUNT(*) AS n, SUM(v) + {i} AS total, MAX(ts) AS newest_ts FROM events GROUP BY k"
-             for i in range(siblings - 2)}
+    extra = {f"extra_{i}": f"SELECT k, COUNT(*) AS n, SUM(v * {i + 2}) AS total, MAX(ts) AS newest_ts FROM events GROUP BY k"
+             for i in range(siblings - 2)}  # maintained as totals is (`lockstep explain`: incremental aggregate)
     return replace(topology, aggregates={**topology.aggregates, **extra})
 
 
