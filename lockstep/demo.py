@@ -201,15 +201,19 @@ def _check_running(jobs: subprocess.Popen[bytes], settings: Settings) -> None:
 
 def _wait_ready(settings: Settings, tables: list[str], jobs: subprocess.Popen[bytes], say: Callable[[str], None],
                 timeout: float = 300) -> None:
-    """Until every derived table is at most ``CAUGHT_UP`` barriers behind (Spark started, tables
-    made, the backlog of an earlier run worked off), so the demo's clock and the purchases start
-    when the pipeline runs, not while it starts."""
+    """Until every derived table has a commit of this run's jobs and is at most ``CAUGHT_UP``
+    barriers behind (Spark started, tables made, the backlog of an earlier run worked off), so
+    the demo's clock and the purchases start when the pipeline runs, not while it starts. (A
+    table an earlier run left caught up would otherwise count as ready before Spark is.)"""
     started = time.monotonic()
+    before: dict[str, int | None] | None = None  # each table's newest exact point when this began
     while time.monotonic() - started < timeout:
         _check_running(jobs, settings)
         try:
             figures = get_json(settings, "/delays")["tables"]
-            if all(t in figures and figures[t]["latest_exact_barrier"] is not None
+            if before is None:
+                before = {t: figures.get(t, {}).get("latest_exact_barrier") for t in tables}
+            if all(t in figures and figures[t]["latest_exact_barrier"] not in (None, before[t])
                    and figures[t]["lag_barriers"] <= CAUGHT_UP for t in tables):
                 say(f"the jobs are running and caught up after {time.monotonic() - started:.0f} s")
                 return
