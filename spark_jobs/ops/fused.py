@@ -57,6 +57,7 @@ class FusedJob:
         self._busy = False
         self._error: BaseException | None = None
         self._at: tuple[int, int] | None = None  # (generation, the newest barrier handed to the processor)
+        self._folded = -1  # the follower's events folded when the state was last looked at
         self._thread = threading.Thread(target=self._run, name=f"lockstep-{job_id}", daemon=True)
         self._thread.start()
 
@@ -103,6 +104,10 @@ class FusedJob:
         reader = self._follower.reader
         with reader.advanced:
             while not self._stopping.is_set():
+                if reader.stats.events_folded == self._folded:  # the state has not changed: nothing new
+                    reader.advanced.wait(WAKE_S)
+                    continue
+                self._folded = reader.stats.events_folded
                 state = reader.state
                 job = job_to_run(state, self.job_id)
                 if job.status not in END_STATUSES and not self._draining():
@@ -113,8 +118,6 @@ class FusedJob:
                         works = work_for(state, job, start, end, self._stride)
                         if works:
                             return works
-                        continue
-                reader.advanced.wait(WAKE_S)
         return None
 
     def _draining(self) -> bool:
