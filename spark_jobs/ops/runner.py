@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import shutil
 import threading
 import time
@@ -390,7 +391,7 @@ class Supervisor:
                 self._watchdog.forget(job_id)
                 continue
             done, ready = state.done_through(job), ready_barrier(state, job)
-            stuck_for = self._watchdog.observe(job_id, done, ready, self._activity(query) if ready > done else None, now)
+            stuck_for = self._watchdog.observe(job_id, done, ready, functools.partial(self._activity, query), now)
             if stuck_for is None:
                 continue
             why = (f"stuck: its table holds barrier {done} while barrier {ready} is ready for it, and neither its table "
