@@ -405,7 +405,7 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
         procs.stop("generator")
         result["generated"] = (tmp / "gen.log").read_text().strip().splitlines()[-1:]
         if system == "lockstep":
-            result["jobs"] = _job_costs(settings, topology, gen_start + args.warmup, until)
+            result["jobs"] = _job_costs(settings, topology, gen_start + args.warmup, until, gen_start)
         procs.stop_all()
         return result
 
@@ -456,9 +456,13 @@ def _reads(path: Path, after: float) -> list[dict[str, Any]]:
     return [r for r in lines if r["t"] >= after and "error" not in r]
 
 
-def _job_costs(settings: Any, topology: Topology, start: float, end: float) -> dict[str, Any]:
+SLICE_S = 30  # the timeline's step
+
+
+def _job_costs(settings: Any, topology: Topology, start: float, end: float, load_start: float) -> dict[str, Any]:
     """Per job, over the barriers announced in the measured window: how long each one waited
-    for its inputs, took, and (where the job reports it) where that time went."""
+    for its inputs, took, and (where the job reports it) where that time went; and its E2E p50
+    in each ``SLICE_S`` since the load began (the warm-up too), to see how long a start lasts."""
     from coordinator.client.state import read_state
 
     state = read_state(settings)
@@ -485,6 +489,11 @@ def _job_costs(settings: Any, topology: Topology, start: float, end: float) -> d
                 rows.setdefault(phase.name, []).append(phase.ms)
         out[job.job_id] = {k: (statistics.median(v), percentile(v, 0.9)) for k, v in rows.items()}
         out[job.job_id]["committed"] = len(rows.get("process", []))
+        slices: list[list[float]] = [[] for _ in range(int((end - load_start) // SLICE_S) + 1)]
+        for b, announced in state.barriers.items():
+            if (c := done.get(b)) is not None and load_start * 1000 <= announced.ts_ms <= end * 1000:
+                slices[int((announced.ts_ms / 1000 - load_start) // SLICE_S)].append(c.committed_at_ms - announced.ts_ms)
+        out[job.job_id]["timeline"] = [statistics.median(s) / 1000 if s else None for s in slices]
     return out
 
 
@@ -539,8 +548,12 @@ def report(topology: Topology, results: dict[str, dict[str, Any]], args: argpars
         for job, costs in jobs.items():
             if not isinstance(costs, dict):
                 continue
-            parts = ", ".join(f"{k} {v[0]:.0f}/{v[1]:.0f}" for k, v in costs.items() if k != "committed")
+            parts = ", ".join(f"{k} {v[0]:.0f}/{v[1]:.0f}" for k, v in costs.items() if k not in ("committed", "timeline"))
             print(f"  {job:24s} {costs['committed']:4d} barriers: {parts}")
+        print(f"e2e p50 in s per {SLICE_S} s since the load began (the warm-up first):")
+        for job, costs in jobs.items():
+            if isinstance(costs, dict):
+                print(f"  {job:24s} " + " ".join("-" if v is None else f"{v:.1f}" for v in costs["timeline"]))
 
 
 def main() -> None:
