@@ -165,8 +165,11 @@ class Settings:
     postgres_url: str = "postgresql://postgres@127.0.0.1:5432/lockstep"  # the source database of `dev up --postgres`
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Read the environment (``os.environ`` by default); relative paths stay relative to cwd."""
+    def from_env(cls, env: Mapping[str, str] | None = None, *, kafka: bool = True) -> Settings:
+        """Read the environment (``os.environ`` by default); relative paths stay relative to cwd.
+
+        ``kafka=False`` leaves LOCKSTEP_BOOTSTRAP and LOCKSTEP_KAFKA_* unchecked until
+        ``check_kafka()``: a command that never reaches Kafka must not fail on them."""
         env = os.environ if env is None else env
         home = Path(env.get("LOCKSTEP_HOME", ".lockstep"))
         settings = cls(
@@ -203,10 +206,17 @@ class Settings:
             connect_url=_http_url(env, "LOCKSTEP_CONNECT_URL", "http://127.0.0.1:8083", "http://127.0.0.1:8083"),
             postgres_url=_postgres_url(env.get("LOCKSTEP_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/lockstep")),
         )
-        _ = settings.bootstrap_port  # validate early, with a message that names the variable
+        if kafka:
+            settings.check_kafka()  # validate early, with a message that names the variable
         _ = settings.coordinator_port
-        _ = settings.kafka_security
         return settings
+
+    def check_kafka(self) -> Settings:
+        """``self``, or a ``SettingsError`` naming the Kafka variable (LOCKSTEP_BOOTSTRAP,
+        LOCKSTEP_KAFKA_*) that cannot be used; the one check for every Kafka client."""
+        _ = self.bootstrap_port
+        _ = self.kafka_security
+        return self
 
     @property
     def warehouse_is_local(self) -> bool:

@@ -228,7 +228,8 @@ def status(ctx: click.Context, fmt: str) -> None:
 
 @click.command()
 @click.option("--web-port", type=int, help="Port of the REST API (default: from LOCKSTEP_COORDINATOR_URL, 6066).")
-@click.option("--loglevel", default="info", show_default=True, type=click.Choice(["debug", "info", "warn", "error", "crit"]))
+@click.option("--loglevel", default="info", show_default=True, type=click.Choice(["debug", "info", "warn", "error", "crit"]),
+              help="How much the worker logs.")
 @click.pass_obj
 def worker(settings: Settings, web_port: int | None, loglevel: str) -> None:
     """Run the coordinator (a Faust worker): decides commands, announces barriers on the leader,
@@ -252,7 +253,8 @@ def worker(settings: Settings, web_port: int | None, loglevel: str) -> None:
 @format_option()
 @click.pass_obj
 def acls(settings: Settings, role: str, principal: str, data_topics: tuple[str, ...], apply: bool, fmt: str) -> None:
-    """The Kafka ACLs a principal of ROLE needs under LOCKSTEP_TOPIC_PREFIX (README: Security).
+    """The Kafka ACLs a PRINCIPAL (User:<name>) of ROLE needs under LOCKSTEP_TOPIC_PREFIX
+    (docs/security.md); only --apply talks to Kafka.
 
     \b
     lockstep acls coordinator User:lockstep-coordinator --data-topic shopping_source
@@ -260,6 +262,8 @@ def acls(settings: Settings, role: str, principal: str, data_topics: tuple[str, 
     """
     if not principal.startswith("User:"):
         raise UsageError(f"PRINCIPAL {principal!r} must look like User:<name>, as the broker names principals")
+    if apply:
+        settings.check_kafka()  # before printing anything: the root left Kafka's settings unchecked
     rows = [{"resource": g.resource.name.lower(), "pattern": "prefixed" if g.prefixed else "literal", "name": g.name,
              "operations": [op.name.lower() for op in g.operations]}
             for g in grants(role, Topics(settings.topic_prefix), data_topics)]

@@ -17,7 +17,8 @@ from lockstep.cli.common import delay_tables, echo_json, format_option
 
 
 @click.command()
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "dot"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "dot"]), default="table", show_default=True,
+              help="table for people, json for scripts, dot for Graphviz")
 @click.pass_obj
 def topology(settings: Settings, fmt: str) -> None:
     """Tables, jobs and their edges, from the running coordinator."""
@@ -53,7 +54,7 @@ def topology(settings: Settings, fmt: str) -> None:
 
 @click.command()
 @click.option("--last", default=100, show_default=True, type=click.IntRange(1), help="Barriers the percentiles cover.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@format_option()
 @click.pass_obj
 def delays(settings: Settings, last: int, fmt: str) -> None:
     """How late each table and job is: latest exact barrier, lag, E2E delay p50/p99, own delay per job.

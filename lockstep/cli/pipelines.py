@@ -34,7 +34,7 @@ from lockstep.cli.common import echo_json, format_option, load, send, stop_signa
 @click.pass_obj
 def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_restarts: int | None, master: str | None,
         confs: dict[str, str], metrics_address: str | None) -> None:
-    """Register a pipeline's tables and jobs with the coordinator, then run its jobs.
+    """Register the tables and jobs of PIPELINE_FILE (SQL) with the coordinator, then run its jobs.
 
     Any rejection is printed and nothing starts. Each root job is its own streaming query with
     its own checkpoint under $LOCKSTEP_HOME/checkpoints; the jobs that read only tables of this
@@ -221,9 +221,9 @@ def _who() -> str:
 @format_option()
 @click.pass_obj
 def explain(settings: Settings, pipeline_file: str, fmt: str) -> None:
-    """Print, per job, how it maintains its table and why, which source columns each of its
-    columns is computed from, and the fused groups `lockstep run` of the whole file makes (parses
-    SQL only; starts no Spark)."""
+    """Print, per job of PIPELINE_FILE, how it maintains its table and why, which source columns
+    each of its columns is computed from, and the fused groups `lockstep run` of the whole file
+    makes (parses SQL only; starts no Spark, reaches no broker)."""
     from spark_jobs.planning.columns import column_lineage
     from spark_jobs.planning.fusion import fused_groups
     from spark_jobs.planning.plans import explain_job

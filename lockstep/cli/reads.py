@@ -28,11 +28,12 @@ class QueryError(LockstepError):
 @click.command()
 @click.argument("sql")
 @click.option("--consistency", type=LEVEL_CHOICE, default=ReadLevel.READ_COMMITTED.value, show_default=True,
-              help="Read level (README: Consistent reads).")
+              help="Read level (docs/concepts.md: read levels).")
 @click.option("--as-of-barrier", type=click.IntRange(1), help="Read every table at this barrier's exact point.")
 @click.option("--as-of-timestamp", help="Read at the newest barrier announced at or before this time "
               "(epoch ms or ISO-8601, e.g. 2026-11-21T20:00:00).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+              help="table for people; json (a JSON object per row, JSON Lines) or csv for scripts")
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(1), help="At most this many rows.")
 @click.pass_obj
 def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | None, as_of_timestamp: str | None,

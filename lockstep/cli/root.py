@@ -31,6 +31,9 @@ EXIT_CODES = {
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
     ExitCode.TERMINATED: "stopped cleanly after SIGTERM (kill PID, systemd, Kubernetes)",
 }
+# commands that never reach Kafka (acls only with --apply, and then checks): a malformed
+# LOCKSTEP_BOOTSTRAP or LOCKSTEP_KAFKA_* must not stop them; every other command is refused at once
+WITHOUT_KAFKA = frozenset(command.name for command in (explain, acls, topology, delays))
 
 
 class LockstepGroup(click.Group):
@@ -57,11 +60,12 @@ class LockstepGroup(click.Group):
 def cli(ctx: click.Context) -> None:
     """Lockstep: consistent streaming ETL on the lakehouse.
 
-    Configuration comes from LOCKSTEP_* environment variables (see README):
+    Configuration comes from LOCKSTEP_* environment variables (see docs/configuration.md):
     LOCKSTEP_BOOTSTRAP, LOCKSTEP_HOME, LOCKSTEP_WAREHOUSE, LOCKSTEP_JARS,
     LOCKSTEP_COORDINATOR_URL, and LOCKSTEP_KAFKA_* for Kafka client settings.
     """
-    ctx.obj = Settings.from_env()
+    settings = Settings.from_env(kafka=False)
+    ctx.obj = settings if ctx.invoked_subcommand in WITHOUT_KAFKA else settings.check_kafka()
 
 
 for command in (dev, worker, acls, demo, datagen, run, stop_job, revise, drop, explain, query, vacuum, topology, delays, barriers,
