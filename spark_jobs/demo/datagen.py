@@ -9,6 +9,8 @@ multiples of 0.25, so the sums are exact in floating point.
 Every record carries ``ts``, the epoch milliseconds at which it was handed to the producer:
 a table that keeps ``MAX(ts)`` tells a reader how fresh the data it sees is.
 
+``send_lines`` sends records a user wrote (JSON Lines), for trying one's own pipeline.
+
 Example::
 
     gen = RateGenerator(settings, "shopping_source", rate=2000, make=purchases(users=100, items=20))
@@ -21,7 +23,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.client.topics import create_topics
+from coordinator.domain.errors import LockstepError, UsageError
 from coordinator.settings import Settings
 
 # (random source, produce time in epoch ms) -> (record key, record), or (record key, record,
@@ -68,6 +71,56 @@ def ensure_topic(settings: Settings, topic: str, partitions: int) -> bool:
     if topic in admin.list_topics(timeout=10).topics:
         return False
     return bool(create_topics(admin, [NewTopic(topic, partitions, settings.replication_factor)]))
+
+
+def parse_lines(lines: Iterable[str], key_field: str | None = None) -> list[tuple[str | None, bytes]]:
+    """Each non-blank line as (record key, record value): a line must be one JSON object, holding
+    ``key_field`` when one is named (its value, as text, is the key). A bad line raises UsageError
+    naming it, before anything is sent.
+
+    >>> parse_lines(['{"user": "ann", "n": 1}', "", '{"user": 7}'], key_field="user")
+    [('ann', b'{"user": "ann", "n": 1}'), ('7', b'{"user": 7}')]
+    >>> parse_lines(['{"user": "ann"}', '[1]'])
+    Traceback (most recent call last):
+    ...
+    coordinator.domain.errors.UsageError: line 2 is a JSON list, not an object; write one JSON object per line
+    """
+    records: list[tuple[str | None, bytes]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise UsageError(f"line {number} is not JSON ({exc}); write one JSON object per line") from None
+        if not isinstance(record, dict):
+            raise UsageError(f"line {number} is a JSON {type(record).__name__}, not an object; write one JSON object per line")
+        if key_field is not None and key_field not in record:
+            raise UsageError(f"line {number} has no field {key_field!r} for the record key; add it or leave out --key")
+        key = None if key_field is None else (v if isinstance(v := record[key_field], str) else json.dumps(v))
+        records.append((key, line.strip().encode()))
+    return records
+
+
+def send_lines(settings: Settings, topic: str, records: list[tuple[str | None, bytes]], partitions: int) -> int:
+    """Send ``records`` (``parse_lines``) to ``topic``, creating it with ``partitions`` if new;
+    return how many Kafka acknowledged. Raises LockstepError if some were not delivered."""
+    ensure_topic(settings, topic, partitions)
+    producer = Producer({**settings.kafka_config(), "enable.idempotence": True})
+    failed: list[str] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failed.append(str(error))
+
+    for key, value in records:
+        producer.produce(topic, value=value, key=key, on_delivery=delivered)
+        producer.poll(0)
+    if producer.flush(30):
+        raise LockstepError(f"{topic}: {len(producer)} records were not delivered within 30 s; is the broker up?")
+    if failed:
+        raise LockstepError(f"{topic}: {len(failed)} of {len(records)} records were not delivered: {failed[0]}")
+    return len(records)
 
 
 @dataclass

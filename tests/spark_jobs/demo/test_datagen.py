@@ -12,8 +12,11 @@ import uuid
 from collections.abc import Callable
 
 import pytest
+from click.testing import CliRunner
+from confluent_kafka.admin import AdminClient
 
 from coordinator.settings import Settings
+from lockstep.cli import cli
 from spark_jobs.demo.datagen import RateGenerator, ensure_topic, purchases, unit_price
 from tests.support import ROOT, wait_until
 
@@ -50,6 +53,23 @@ def test_datagen_command(lockstep_cli: Callable, read_topic: Callable) -> None:
     assert sent == len(read_topic(topic)) > 0
     bad = lockstep_cli("datagen", "shopping", "--rate", "0")
     assert bad.returncode == 2 and "--rate" in bad.stderr
+
+
+def test_datagen_lines_sends_each_json_line_keyed_and_a_bad_line_sends_nothing(
+        coordinator_env: dict[str, str], read_topic: Callable, kafka_bootstrap: str) -> None:
+    topic, refused = f"lines-{uuid.uuid4().hex[:8]}", f"lines-{uuid.uuid4().hex[:8]}"
+    lines = '{"user": "ann", "page": "/home"}\n\n{"user": 7, "page": "/cart"}\n'
+    done = CliRunner().invoke(cli, ["datagen", "lines", topic, "--key", "user", "--partitions", "1"], input=lines,
+                              env=coordinator_env, prog_name="lockstep")
+    assert done.exit_code == 0, done.output
+    assert f"sent 2 records to {topic}" in done.output
+    assert [(key, json.loads(value)) for *_, key, value in read_topic(topic)] == [
+        (b"ann", {"user": "ann", "page": "/home"}), (b"7", {"user": 7, "page": "/cart"})]
+    bad = CliRunner().invoke(cli, ["datagen", "lines", refused], input='{"user": "ann"}\nuser=bob\n',
+                             env=coordinator_env, prog_name="lockstep")
+    assert bad.exit_code == 2
+    assert "error: line 2 is not JSON" in bad.output and "one JSON object per line" in bad.output
+    assert refused not in AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
 
 
 def test_datagen_nexmark_makes_people_auctions_and_bids_that_name_what_came_before(
