@@ -106,7 +106,7 @@ class CommandClient:
 def refused(settings: Settings, what: str) -> NotAuthorised:
     principal = settings.kafka_security.username or "ANONYMOUS"
     return NotAuthorised(f"the broker does not let User:{principal} {what}; grant it the ACLs of its role "
-                         "(`lockstep acls`, README: Security)")
+                         "(`lockstep acls`, docs/security.md)")
 
 
 def undelivered(settings: Settings, topic: str, error: KafkaError | None) -> LockstepError:

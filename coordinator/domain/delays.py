@@ -1,4 +1,4 @@
-"""How late each table and job is (README: `lockstep delays`, the live page), computed from the state.
+"""How late each table and job is (docs/concepts.md: how late is the data?), computed from the state.
 
 E2E delay of table X at barrier b = committed_at(X, b) - ts(b). A job's own delay at b =
 committed_at(sink, b) - max(committed_at(source, b)) (root jobs: - ts(b)). The bottleneck is

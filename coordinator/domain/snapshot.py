@@ -1,4 +1,4 @@
-"""Which Delta version of each table a consistent read uses (the read levels: README, Consistent reads).
+"""Which Delta version of each table a consistent read uses (the read levels: docs/reads.md).
 
 >>> from coordinator.domain import BarrierCompleted, TableState, fold_all
 >>> s = fold_all([TableState("a", "root"), BarrierCompleted("j", "a", 3, 0, 7)])
@@ -17,7 +17,7 @@ from coordinator.domain.state import MetaState
 
 
 class ReadLevel(StrEnum):
-    """How a reader picks table versions (README, Consistent reads); members compare equal to their names."""
+    """How a reader picks table versions (docs/reads.md); members compare equal to their names."""
 
     READ_COMMITTED = "read-committed"  # every table at the newest barrier that is an exact point of all
     REPEATABLE_READ = "repeatable-read"  # the same, plus a lease that keeps those versions from VACUUM

@@ -1,4 +1,4 @@
-"""Lineage as tables a Spark user can join (README: Consistent reads, lineage tables).
+"""Lineage as tables a Spark user can join (docs/reads.md: lineage tables).
 
 ``__meta_etl_source(job_id, table_name, status)``, ``__meta_etl_sink(job_id, table_name, status)``
 (status: RUNNING, STALLED, FINISHED, CANCELED or FAILED) and

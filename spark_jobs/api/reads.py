@@ -1,7 +1,7 @@
 """Consistent snapshots for Spark users: every table of a read at the same barrier.
 
 The coordinator says which Delta version of each table belongs to the barrier the read level
-picks (the read levels: README, Consistent reads); the snapshot then reads those versions with time travel.
+picks (the read levels: docs/reads.md); the snapshot then reads those versions with time travel.
 Readers never block writers.
 
 Example::

@@ -73,7 +73,7 @@ def test_bad_bootstrap_names_the_variable(bad: str) -> None:
         Settings.from_env({"LOCKSTEP_BOOTSTRAP": bad})
 
 
-def test_every_knob_is_typed_and_defaults_follow_the_readme() -> None:
+def test_every_knob_is_typed_and_defaults_follow_the_docs() -> None:
     s = Settings.from_env({})
     assert (s.barriers.interval_ms, s.barriers.max_inflight, s.barriers.liveness_ms, s.barriers.catchup_stride) == \
         (1000, 3, 30000, 10)
