@@ -95,14 +95,18 @@ def send(settings: Settings, command: Command, timeout: float) -> CommandOutcome
     return outcome
 
 
-def load(path: str | Path) -> Pipeline:
-    """Parse a pipeline file (sqlglot only, no Spark); a bad one raises ``PipelineError`` (exit 2)."""
-    from spark_jobs.planning.pipeline import PipelineError, load_pipeline
+def load(*paths: str | Path) -> Pipeline:
+    """Parse pipeline files, SQL (sqlglot) or Python (run, functions not called; no Spark) into one
+    pipeline; a bad one raises ``PipelineError`` (exit 2) naming the file."""
+    from spark_jobs.planning.pipeline import PipelineError, joined, load_pipeline
 
-    try:
-        return load_pipeline(Path(path))
-    except PipelineError as exc:
-        raise PipelineError(f"{path}: {exc}") from exc
+    pipelines = []
+    for path in paths:
+        try:
+            pipelines.append(load_pipeline(Path(path)))
+        except PipelineError as exc:
+            raise PipelineError(f"{path}: {exc}") from exc
+    return joined(pipelines)
 
 
 def split_csv(value: str | None) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from lockstep.cli.common import echo_json, format_option, load, send, stop_signa
 
 
 @click.command()
-@click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("pipeline_files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--job", "jobs", multiple=True, help="Run only this job (job id or sink table); repeatable.")
 @click.option("--max-restarts", type=click.IntRange(0), default=None,
               help="Give a failing job up after this many restarts and record it FAILED (default: never).")
@@ -32,9 +32,12 @@ from lockstep.cli.common import echo_json, format_option, load, send, stop_signa
 @click.option("--metrics-address", default=None, metavar="HOST:PORT",
               help="Serve the jobs' own per-barrier figures (Prometheus) at http://HOST:PORT/metrics, e.g. 127.0.0.1:9108.")
 @click.pass_obj
-def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_restarts: int | None, master: str | None,
-        confs: dict[str, str], metrics_address: str | None) -> None:
-    """Register the tables and jobs of PIPELINE_FILE (SQL) with the coordinator, then run its jobs.
+def run(settings: Settings, pipeline_files: tuple[str, ...], jobs: tuple[str, ...], max_restarts: int | None,
+        master: str | None, confs: dict[str, str], metrics_address: str | None) -> None:
+    """Register the tables and jobs of PIPELINE_FILES with the coordinator, then run its jobs.
+
+    A pipeline file is SQL, or Python with decorated functions (docs/pipelines.md); several files
+    make one pipeline (a Python file's functions may read a SQL file's tables).
 
     Any rejection is printed and nothing starts. Each root job is its own streaming query with
     its own checkpoint under $LOCKSTEP_HOME/checkpoints; the jobs that read only tables of this
@@ -70,11 +73,12 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
     if metrics_address is not None:
         serve(metrics_address)  # first: a bad or busy address is said before anything starts
 
-    pipeline = load(pipeline_file)
+    pipeline = load(*pipeline_files)
     known = {j.job_id for j in pipeline.jobs} | {j.sink for j in pipeline.jobs}
     unknown = [j for j in jobs if j not in known]
     if unknown:
-        raise click.UsageError(f"no job or table {', '.join(unknown)} in {pipeline_file}; known: {', '.join(sorted(known))}")
+        raise click.UsageError(f"no job or table {', '.join(unknown)} in {', '.join(pipeline_files)}; "
+                               f"known: {', '.join(sorted(known))}")
     check_sources(pipeline.roots, settings.schema_registry_url)  # e.g. a column its source cannot fill
     report = lambda message: click.echo(message, err=True)  # noqa: E731
     with stop_signals() as stopping, ExitStack() as cleanup:
@@ -90,7 +94,7 @@ def run(settings: Settings, pipeline_file: str, jobs: tuple[str, ...], max_resta
         try:
             stopping.check()
             began, owned = time.monotonic(), not session_running()
-            spark = build_session(f"lockstep-{Path(pipeline_file).stem}", settings=settings, master=master, conf=confs)
+            spark = build_session(f"lockstep-{Path(pipeline_files[0]).stem}", settings=settings, master=master, conf=confs)
             stopping.reclaim()
             if owned:  # not a session this process had already (a test's, a notebook's)
                 cleanup.callback(spark.stop)
@@ -217,18 +221,20 @@ def _who() -> str:
 
 
 @click.command()
-@click.argument("pipeline_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("pipeline_files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @format_option()
 @click.pass_obj
-def explain(settings: Settings, pipeline_file: str, fmt: str) -> None:
-    """Print, per job of PIPELINE_FILE, how it maintains its table and why, which source columns
-    each of its columns is computed from, and the fused groups `lockstep run` of the whole file
-    makes (parses SQL only; starts no Spark, reaches no broker)."""
+def explain(settings: Settings, pipeline_files: tuple[str, ...], fmt: str) -> None:
+    """Print, per job of PIPELINE_FILES, how it maintains its table and why, which source columns
+    each of its columns is computed from, and the fused groups `lockstep run` of those files
+    makes (parses SQL and loads Python files without calling their functions; starts no Spark,
+    reaches no broker)."""
     from spark_jobs.planning.columns import column_lineage
     from spark_jobs.planning.fusion import fused_groups
+    from spark_jobs.planning.pipeline import DerivedTable
     from spark_jobs.planning.plans import explain_job
 
-    pipeline = load(pipeline_file)
+    pipeline = load(*pipeline_files)
     columns = column_lineage(pipeline)
     groups = fused_groups(pipeline.jobs) if settings.fuse_jobs else {}
     group_of = {member: leader for leader, members in groups.items() for member in members}
@@ -241,8 +247,12 @@ def explain(settings: Settings, pipeline_file: str, fmt: str) -> None:
         return
     for job in pipeline.jobs:
         click.echo(f"{job.job_id} -> {job.sink}: {explain_job(pipeline, job)}")
-        if job.sources and columns.get(job.sink) is None:
-            click.echo("    columns: unknown (it reads a table this file does not declare)")
+        table = pipeline.table(job.sink)
+        python = table.python if isinstance(table, DerivedTable) else None
+        if python is not None:
+            click.echo(f"    columns: those {python.function.__name__} returns ({python.origin})")
+        elif job.sources and columns.get(job.sink) is None:
+            click.echo("    columns: unknown (it reads a table these files do not declare)")
         for column, sources in (columns.get(job.sink) or {}).items():
             click.echo(f"    {column} <- {', '.join(sources) or '(no source column)'}")
     for leader, members in groups.items():

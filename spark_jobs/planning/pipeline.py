@@ -16,6 +16,9 @@ running a changed pipeline does anyway (new barriers use the new query); ``defau
 t``, time travel, other databases, constraints it does not enforce, options on a maintained
 table) is rejected with what to write instead, never silently read another way.
 
+A pipeline may also be a Python file of decorated functions (``spark_jobs.planning.python_tables``),
+and ``load_pipelines`` joins several files, SQL and Python, into one pipeline.
+
 Example::
 
     >>> p = parse_pipeline("CREATE TABLE t (a BIGINT) WITH ('source'='kafka:s', 'format'='json')")
@@ -25,7 +28,8 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlglot
@@ -36,6 +40,7 @@ from sqlglot.tokens import TokenType
 from coordinator.domain.errors import UsageError
 from coordinator.domain.validity import column_problem, name_problem
 from coordinator.spark_sql import SPARK
+from spark_jobs.planning.python_tables import PythonTable, load_python_tables
 
 FORMATS = ("json", "avro", "debezium-json", "avro-confluent", "debezium-avro-confluent")
 ROOT_OPTIONS = {"source", "format", "primary_key", "avro_schema", "avro_schema_file", "transactions"}
@@ -84,13 +89,15 @@ class RootTable:
 
 @dataclass(frozen=True)
 class DerivedTable:
-    """A table maintained from a query over other tables (CTAS), or an INSERT INTO target."""
+    """A table maintained from a query over other tables (CTAS), or an INSERT INTO target; or from
+    a Python function (``python``; ``query`` is then the function's code, its fingerprint)."""
 
     name: str
     query: str
     sources: tuple[str, ...]
     declared_here: bool = True
     if_not_exists: bool = False
+    python: PythonTable | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,8 @@ class Pipeline:
     @property
     def jobs(self) -> tuple[Job, ...]:
         roots = tuple(Job(f"ingest_{t.name}", t.name, external_topics=t.topics) for t in self.roots)
-        derived = tuple(Job(f"maintain_{t.name}", t.name, sources=t.sources, sql=t.query) for t in self.derived)
+        derived = tuple(Job(f"maintain_{t.name}", t.name, sources=t.sources, sql="" if t.python else t.query)
+                        for t in self.derived)
         return roots + derived
 
     def without(self, names: set[str]) -> Pipeline:
@@ -125,11 +133,30 @@ class Pipeline:
 
 
 def load_pipeline(path: Path) -> Pipeline:
+    """A pipeline file: SQL, or Python (``.py``) with decorated functions."""
+    path = Path(path)
+    if path.suffix == ".py":
+        if not path.is_file():
+            raise PipelineError(f"cannot read pipeline file {path}: no such file")
+        try:
+            tables = load_python_tables(path)
+        except ValueError as exc:
+            raise PipelineError(str(exc)) from exc
+        return Pipeline((), tuple(DerivedTable(t.name, t.source_text, t.sources, python=t) for t in tables))
     try:
-        text = Path(path).read_text()
+        text = path.read_text()
     except OSError as exc:
         raise PipelineError(f"cannot read pipeline file {path}: {exc.strerror}") from exc
-    return parse_pipeline(text, base=Path(path).parent)
+    return parse_pipeline(text, base=path.parent)
+
+
+def joined(pipelines: Sequence[Pipeline]) -> Pipeline:
+    """Several files' pipelines as one (a Python file's functions read a SQL file's tables)."""
+    whole = Pipeline(tuple(t for p in pipelines for t in p.roots), tuple(t for p in pipelines for t in p.derived))
+    names = [t.name for t in (*whole.roots, *whole.derived)]
+    if duplicates := sorted({n for n in names if names.count(n) > 1}):
+        raise PipelineError(f"table(s) defined in more than one place: {', '.join(duplicates)} (one writer per table)")
+    return whole
 
 
 def parse_pipeline(text: str, base: Path | None = None) -> Pipeline:

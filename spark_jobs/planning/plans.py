@@ -678,8 +678,13 @@ def shapes_of(roots: list[tuple[str, tuple[str, ...]]], derived: list[tuple[str,
 
 
 def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
-    """The maintenance plan of a derived table, knowing the keys its sources promise."""
-    shapes = shapes_of([(t.name, t.primary_key) for t in pipeline.roots], [(t.name, t.query) for t in pipeline.derived])
+    """The maintenance plan of a derived table, knowing the keys its sources promise. A Python
+    function's table is recomputed from its sources' snapshots (no SQL to plan changes with)."""
+    if table.python is not None:
+        return Plan(PlanKind.FULL_REFRESH, f"it is a Python function ({table.python.origin}); applying it to each "
+                    "barrier's changed rows only is not built yet", table.query, table.sources)
+    shapes = shapes_of([(t.name, t.primary_key) for t in pipeline.roots],
+                       [(t.name, t.query) for t in pipeline.derived if t.python is None])
     return plan_query(table.query, shapes)
 
 

@@ -41,11 +41,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StructType
 
 from coordinator.client.clock import now_ms
+from coordinator.domain.errors import LockstepError
 from coordinator.domain.work import BarrierWork
 from coordinator.settings import CrashAt
 from spark_jobs.planning.groups import GroupValue, group_value
 from spark_jobs.planning.pipeline import DerivedTable
 from spark_jobs.planning.plans import HIDDEN, NUMBER, ROWS, WEIGHT, Plan, PlanKind, output_key
+from spark_jobs.planning.python_tables import SESSION
 from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_key
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.delta_log import appended_files, read_files, read_version, table_bytes
@@ -231,8 +233,11 @@ class TableMaintainer:
         """Compute the whole table from the sources' snapshots at the barrier and overwrite it
         (one Spark job; its rows are counted on the way)."""
         with self.watch.phase("plan"):
-            self._bind_snapshots(work)
-            result = self._numbered(self.spark.sql(self.plan.full_query or self.plan.query))
+            if self.table.python is not None:
+                result = self._function_result(work)
+            else:
+                self._bind_snapshots(work)
+                result = self._numbered(self.spark.sql(self.plan.full_query or self.plan.query))
             self.schema = result.schema
             observation = self._observation(work)
             counted = result.observe(observation, F.count(F.lit(1)).alias("rows"))
@@ -244,6 +249,19 @@ class TableMaintainer:
         )
         rows = int(observation.get["rows"]) if self.sink.written else 0
         return version, (rows, rows, 0)
+
+    def _function_result(self, work: BarrierWork) -> DataFrame:
+        """A Python table's function over its sources' snapshots at the barrier (``python_tables``)."""
+        python = self.table.python
+        assert python is not None
+        frames: dict[str, object] = {s: self.snapshot(s, v) for s, v in work.source_versions.items()}
+        if python.wants_session:
+            frames[SESSION] = self.spark
+        result = python.function(**frames)
+        if not isinstance(result, DataFrame):
+            raise LockstepError(f"{python.origin}: {python.function.__name__} returned a {type(result).__name__}, "
+                                "not a DataFrame; return the DataFrame of the table's rows")
+        return result
 
     def _observation(self, work: BarrierWork) -> Observation:
         return Observation(f"{self.job_id}_{work.generation}_{work.barrier}_{uuid.uuid4().hex[:6]}")
