@@ -90,7 +90,7 @@ class Aggregate:
 
 
 class PlanKind(StrEnum):
-    """How a table is maintained: incrementally in one of six shapes, or recomputed."""
+    """How a table is maintained: incrementally in one of seven shapes, or recomputed."""
 
     PROJECTION = "projection"
     AGGREGATE = "aggregate"
@@ -98,6 +98,7 @@ class PlanKind(StrEnum):
     JOIN_AGGREGATE = "join_aggregate"
     GROUPS = "groups"
     UNION = "union"
+    ROW_WISE = "row-wise"  # a Python function applied to a growing source's new rows (if it is row-wise)
     FULL_REFRESH = "full_refresh"
 
 
@@ -680,12 +681,27 @@ def shapes_of(roots: list[tuple[str, tuple[str, ...]]], derived: list[tuple[str,
 def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
     """The maintenance plan of a derived table, knowing the keys its sources promise. A Python
     function's table is recomputed from its sources' snapshots (no SQL to plan changes with)."""
-    if table.python is not None:
-        return Plan(PlanKind.FULL_REFRESH, f"it is a Python function ({table.python.origin}); applying it to each "
-                    "barrier's changed rows only is not built yet", table.query, table.sources)
     shapes = shapes_of([(t.name, t.primary_key) for t in pipeline.roots],
                        [(t.name, t.query) for t in pipeline.derived if t.python is None])
-    return plan_query(table.query, shapes)
+    return plan_query(table.query, shapes) if table.python is None else _python_plan(table, shapes)
+
+
+def _python_plan(table: DerivedTable, shapes: Mapping[str, TableShape]) -> Plan:
+    """A Python function's table: its function applied to each barrier's new rows where it reads
+    one table that only grows (and proves row-wise when the job starts), else recomputed."""
+    assert table.python is not None
+    function = f"{table.python.function.__name__} ({table.python.origin})"
+    if len(table.sources) > 1:
+        why = f"the Python function {function} reads {len(table.sources)} tables"
+    elif not shapes.get(table.sources[0], UNKNOWN).append_only:
+        why = (f"the Python function {function} reads {table.sources[0]}, which may change or remove rows "
+               "(a primary key, or a table that is recomputed)")
+    else:
+        return Plan(PlanKind.ROW_WISE, f"each barrier's new rows of {table.sources[0]}, which only grows, go through "
+                    f"{function} and are appended, if the function is row-wise (projections, filters, UDFs per row; "
+                    "checked when its job starts, else recomputed)", table.query, table.sources,
+                    append_only=True, inserts_only=True)
+    return Plan(PlanKind.FULL_REFRESH, why, table.query, table.sources)
 
 
 def explain_job(pipeline: Pipeline, job: Job) -> str:

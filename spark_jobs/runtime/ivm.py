@@ -16,7 +16,9 @@ rows with a weight** (+n inserted, -n retracted):
   LEFT joins of more tables are kept by group of the FROM table's rows, and another table's
   changed rows touch the groups whose rows join them.
   When no result columns identify a row (a join of bids, which only grow and have no key),
-  each group's rows are numbered, and the group columns with that number are the key.
+  each group's rows are numbered, and the group columns with that number are the key;
+* a Python function (``spark_jobs.planning.python_tables``) over one source that only grows, if
+  Spark's plan of it is row-wise (``row_wise``): the function over the source's new rows, appended.
 
 Equal rows with opposite weights cancel. The rest is applied to the sink in one MERGE per
 barrier: by key (projection, join), appended (append-only inputs), or folded into the groups
@@ -34,7 +36,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql import Column, DataFrame, DataFrameWriter, Observation, Row, SparkSession, Window
 from pyspark.sql import functions as F
@@ -52,6 +54,7 @@ from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.delta_log import appended_files, read_files, read_version, table_bytes
 from spark_jobs.runtime.pruning import KEYS_LIMIT, few_keys, within
+from spark_jobs.runtime.row_wise import row_wise_problem
 from spark_jobs.runtime.stopwatch import Stopwatch
 
 log = logging.getLogger(__name__)
@@ -142,6 +145,7 @@ class TableMaintainer:
         self.base: tuple[int, dict[str, int], int] | None = None
         self.query_id = hashlib.sha256(self.table.query.encode()).hexdigest()[:16]
         self._cached: list[DataFrame] = []
+        self._row_wise_checked = False  # a ROW_WISE plan's function was found row-wise (or the plan changed)
         self.watch = Stopwatch()  # the phases of the barrier in progress
 
     # -- reading sources ------------------------------------------------------------------------
@@ -202,13 +206,20 @@ class TableMaintainer:
     def _maintain(self, work: BarrierWork, base: tuple[dict[str, int], int] | None) -> tuple[int, tuple[int, int, int]]:
         """Apply the changes, or recompute: the first barrier, a plan that is not incremental, or a
         table whose changes cost more to apply than recomputing it did (``costs``)."""
+        if self.plan.kind == PlanKind.ROW_WISE and not self._row_wise_checked:
+            self._check_row_wise(work)
         whole = base is None or not self.plan.incremental
         if not whole and self.costs.whole():
             whole = True
             log.info("table %s: recomputing it (%.1f s last time) is cheaper than applying its changes (%.1f s)",
                      self.table.name, self.costs.whole_s, self.costs.applied_s)
         began = time.monotonic()
-        version, counts = self._recompute(work) if whole else self._apply(work, base)  # type: ignore[arg-type]
+        if whole:
+            version, counts = self._recompute(work)
+        elif self.plan.kind == PlanKind.ROW_WISE:
+            version, counts = self._append_function(work, base)  # type: ignore[arg-type]
+        else:
+            version, counts = self._apply(work, base)  # type: ignore[arg-type]
         if self.plan.incremental:
             self.costs.measured(whole, time.monotonic() - began)
         return version, counts
@@ -252,16 +263,44 @@ class TableMaintainer:
 
     def _function_result(self, work: BarrierWork) -> DataFrame:
         """A Python table's function over its sources' snapshots at the barrier (``python_tables``)."""
+        return self._call({s: self.snapshot(s, v) for s, v in work.source_versions.items()})
+
+    def _call(self, frames: dict[str, DataFrame]) -> DataFrame:
+        """A Python table's function over ``frames`` (source name -> its rows), and the session if it asks."""
         python = self.table.python
         assert python is not None
-        frames: dict[str, object] = {s: self.snapshot(s, v) for s, v in work.source_versions.items()}
-        if python.wants_session:
-            frames[SESSION] = self.spark
-        result = python.function(**frames)
+        arguments: dict[str, object] = {**frames, **({SESSION: self.spark} if python.wants_session else {})}
+        result = python.function(**arguments)
         if not isinstance(result, DataFrame):
             raise LockstepError(f"{python.origin}: {python.function.__name__} returned a {type(result).__name__}, "
                                 "not a DataFrame; return the DataFrame of the table's rows")
         return result
+
+    def _check_row_wise(self, work: BarrierWork) -> None:
+        """Keep a ROW_WISE plan only for a function that is row-wise (its analyzed plan, no action);
+        else the table is recomputed at every barrier, and the log says why."""
+        problem = row_wise_problem(self._function_result(work))
+        if problem is not None:
+            self.plan = replace(self.plan, kind=PlanKind.FULL_REFRESH, reason=problem, append_only=False,
+                                inserts_only=False)
+            log.warning("table %s: recomputed at every barrier, not applied to new rows only: %s",
+                        self.table.name, problem)
+        self._row_wise_checked = True
+
+    def _append_function(self, work: BarrierWork, base: tuple[dict[str, int], int]) -> tuple[int, tuple[int, int, int]]:
+        """A row-wise function's table: the function over its source's new rows, appended."""
+        (source,) = self.plan.sources
+        with self.watch.phase("plan"):
+            rows = self.changes(source, base[0][source], work.source_versions[source])
+            message = f"{self.table.name}: {source} retracted rows, but a row-wise Python table reads a table that only grows"
+            grown = rows.where(F.assert_true(F.col(WEIGHT) > 0, message).isNull()).drop(WEIGHT)
+            observation = self._observation(work)
+            added = self._call({source: grown}).observe(observation, F.count(F.lit(1)).alias("changed"))
+        path = self.sink.path
+        version = self.sink.commit(work.barrier, work.generation, lambda: added.write.format("delta").mode("append").save(path),
+                                   work.source_versions, self.query_id, self.watch, self._costs())
+        changed = int(observation.get["changed"]) if self.sink.written else 0
+        return version, (changed, changed, 0)
 
     def _observation(self, work: BarrierWork) -> Observation:
         return Observation(f"{self.job_id}_{work.generation}_{work.barrier}_{uuid.uuid4().hex[:6]}")

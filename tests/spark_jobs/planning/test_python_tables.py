@@ -11,11 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from spark_jobs.ops.runner import register_pipeline
 from spark_jobs.planning.pipeline import PipelineError, joined, load_pipeline, parse_pipeline
-from spark_jobs.planning.plans import explain_job, plan_for
+from spark_jobs.planning.plans import PlanKind, explain_job, plan_for
 from tests.support import ROOT
 from tests.support.barriers import at, wait_for_barrier
 from tests.support.supervising import KeyedRecords, Stack, supervised
@@ -48,7 +49,7 @@ def pages_of(spark, slow, users):
     assert "def pages_of(spark, slow, users)" in pipeline.derived[1].query  # its fingerprint: the code
     plan = plan_for(pipeline, pipeline.derived[0])
     assert not plan.incremental
-    assert "it is a Python function (p.py:4)" in explain_job(pipeline, pipeline.jobs[0])
+    assert "Python function slow (p.py:4) reads clicks, which may change" in explain_job(pipeline, pipeline.jobs[0])
 
 
 def test_sql_and_python_files_make_one_pipeline(tmp_path: Path) -> None:
@@ -58,6 +59,9 @@ def test_sql_and_python_files_make_one_pipeline(tmp_path: Path) -> None:
     assert [t.name for t in whole.roots] == ["clicks"]
     assert [t.name for t in whole.derived] == ["views_per_page", "scored_clicks", "patience_per_user"]
     assert whole.table("patience_per_user").sources == ("scored_clicks",)  # type: ignore[union-attr]
+    kinds = {t.name: plan_for(whole, t).kind for t in whole.derived if t.python is not None}
+    # over clicks, which only grows: new rows only (if row-wise); over a Python table: recomputed
+    assert kinds == {"scored_clicks": PlanKind.ROW_WISE, "patience_per_user": PlanKind.FULL_REFRESH}
     twice = write(tmp_path, "@dp.materialized_view\ndef views_per_page(clicks):\n    return clicks\n")
     with pytest.raises(PipelineError, match="defined in more than one place: views_per_page"):
         joined([sql, load_pipeline(twice)])
@@ -102,7 +106,12 @@ def root(v: pd.Series) -> pd.Series:
 
 
 @dp.materialized_view
-def scored(spark, events):
+def roots(events):  # row-wise over a table that only grows: each barrier's new rows, appended
+    return events.where("v % 2 = 0").select("k", "v", root(F.col("v")).alias("r"))
+
+
+@dp.materialized_view
+def scored(spark, events):  # joins a table of its own: recomputed at every barrier
     bands = spark.createDataFrame([(0, "low"), (1, "high")], "big INT, band STRING")
     scored = events.select("k", "v", root(F.col("v")).alias("score"), (F.col("v") > 10).cast("int").alias("big"))
     return scored.join(bands, "big").drop("big")
@@ -119,7 +128,7 @@ def test_a_python_table_is_its_function_over_each_barriers_exact_points(
     pipeline = joined([parse_pipeline(SQL.format(topic=topic)), load_pipeline(tmp_path / "scored.py")])
     register_pipeline(settings, pipeline)
     records = KeyedRecords(kafka_bootstrap, topic, value=lambda i: i)
-    tables = ["events", "scored", "per_band"]
+    tables = ["events", "roots", "scored", "per_band"]
     with supervised(spark, pipeline, settings):
         wait_for_barrier(settings, tables, records.send(8), topic)
         state, b = wait_for_barrier(settings, tables, records.send(12), topic)
@@ -134,3 +143,9 @@ def test_a_python_table_is_its_function_over_each_barriers_exact_points(
         bands["high" if i > 10 else "low"].append(i)
     per_band = {r["band"]: (r["n"], r["total"]) for r in at(spark, settings, "per_band", points("per_band")[b]).collect()}
     assert per_band == {band: (len(vs), sum(vs)) for band, vs in bands.items()}
+    roots = sorted((r["k"], r["v"], r["r"]) for r in at(spark, settings, "roots", points("roots")[b]).collect())
+    assert roots == [(k, i, pytest.approx(math.sqrt(i))) for k, i in sorted((i % 3, i) for i in range(0, 20, 2))]
+    modes = {name: [r["operationParameters"]["mode"] for r in DeltaTable.forPath(spark, settings.table_location(name))
+                    .history().orderBy("version").collect() if r["operation"] == "WRITE"] for name in ("roots", "scored")}
+    assert modes["roots"][0] == "Overwrite" and set(modes["roots"][1:]) == {"Append"}  # the first barrier, then new rows
+    assert set(modes["scored"]) == {"Overwrite"}  # not row-wise (a join): recomputed
