@@ -44,6 +44,7 @@ from pyspark.sql.types import MapType, StructType
 
 from coordinator.client.clock import now_ms
 from coordinator.domain.errors import LockstepError
+from coordinator.domain.events import dead_letters
 from coordinator.domain.work import BarrierWork
 from coordinator.settings import CrashAt
 from spark_jobs.planning.groups import GroupValue, group_value
@@ -54,7 +55,7 @@ from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.delta_log import appended_files, read_files, read_version, table_bytes
 from spark_jobs.runtime.pruning import KEYS_LIMIT, few_keys, within
-from spark_jobs.runtime.row_wise import row_wise_problem
+from spark_jobs.runtime.row_wise import failing_rows, python_error, row_wise_problem
 from spark_jobs.runtime.stopwatch import Stopwatch
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ DELETE = f"{HIDDEN}delete"
 REWRITE_LIMIT_BYTES = 4 << 20
 FILE_ROWS = 500_000  # rows per file of a whole write in key order (``_clustered``)
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+FUNCTION_DLQ_SCHEMA = "row STRING, error STRING, barrier BIGINT"  # a Python table's input row (JSON) and its error
 
 
 def _same(left: DataFrame, right: DataFrame, pairs: list[tuple[str, str]]) -> Column:
@@ -146,6 +148,7 @@ class TableMaintainer:
         self.query_id = hashlib.sha256(self.table.query.encode()).hexdigest()[:16]
         self._cached: list[DataFrame] = []
         self._row_wise_checked = False  # a ROW_WISE plan's function was found row-wise (or the plan changed)
+        self.dlq: DeltaSink | None = None  # a row-wise Python table's dead letters, made at the first one
         self.watch = Stopwatch()  # the phases of the barrier in progress
 
     # -- reading sources ------------------------------------------------------------------------
@@ -183,6 +186,8 @@ class TableMaintainer:
     def close(self) -> None:
         """The job's query stopped: finish its table's upkeep (``DeltaSink.close``), let go of its producer."""
         self.sink.close()
+        if self.dlq is not None:
+            self.dlq.close()
         self.publisher.close()
 
     def process(self, work: BarrierWork) -> None:
@@ -214,10 +219,10 @@ class TableMaintainer:
             log.info("table %s: recomputing it (%.1f s last time) is cheaper than applying its changes (%.1f s)",
                      self.table.name, self.costs.whole_s, self.costs.applied_s)
         began = time.monotonic()
-        if whole:
+        if self.plan.kind == PlanKind.ROW_WISE:
+            version, counts = self._row_wise(work, None if whole else base)
+        elif whole:
             version, counts = self._recompute(work)
-        elif self.plan.kind == PlanKind.ROW_WISE:
-            version, counts = self._append_function(work, base)  # type: ignore[arg-type]
         else:
             version, counts = self._apply(work, base)  # type: ignore[arg-type]
         if self.plan.incremental:
@@ -287,20 +292,57 @@ class TableMaintainer:
                         self.table.name, problem)
         self._row_wise_checked = True
 
-    def _append_function(self, work: BarrierWork, base: tuple[dict[str, int], int]) -> tuple[int, tuple[int, int, int]]:
-        """A row-wise function's table: the function over its source's new rows, appended."""
+    def _row_wise(self, work: BarrierWork, base: tuple[dict[str, int], int] | None) -> tuple[int, tuple[int, int, int]]:
+        """A row-wise function's table: the function over its source's new rows since ``base``,
+        appended (no base: over all its rows, replacing the table). Rows it raises on go to the
+        dead letters with the error, and the rest is committed."""
+        (source,) = self.plan.sources
+        new = work.source_versions[source]
+        if base is None:
+            rows = self.snapshot(source, new)
+        else:
+            message = f"{self.table.name}: {source} retracted rows, but a row-wise Python table reads a table that only grows"
+            changed = self.changes(source, base[0][source], new)
+            rows = changed.where(F.assert_true(F.col(WEIGHT) > 0, message).isNull()).drop(WEIGHT)
+        mode = "overwrite" if base is None else "append"
+        try:
+            return self._write_function(work, rows, mode)
+        except Exception as exc:
+            if python_error(exc) is None:
+                raise
+        with self.watch.phase("dead_letters"):
+            good, letters = failing_rows(rows, lambda part: self._call({source: part}))
+            self._dead_letters(letters, work)
+        return self._write_function(work, good, mode)
+
+    def _write_function(self, work: BarrierWork, rows: DataFrame, mode: str) -> tuple[int, tuple[int, int, int]]:
         (source,) = self.plan.sources
         with self.watch.phase("plan"):
-            rows = self.changes(source, base[0][source], work.source_versions[source])
-            message = f"{self.table.name}: {source} retracted rows, but a row-wise Python table reads a table that only grows"
-            grown = rows.where(F.assert_true(F.col(WEIGHT) > 0, message).isNull()).drop(WEIGHT)
+            result = self._call({source: rows})
+            self.schema = result.schema
             observation = self._observation(work)
-            added = self._call({source: grown}).observe(observation, F.count(F.lit(1)).alias("changed"))
-        path = self.sink.path
-        version = self.sink.commit(work.barrier, work.generation, lambda: added.write.format("delta").mode("append").save(path),
-                                   work.source_versions, self.query_id, self.watch, self._costs())
+            counted = result.observe(observation, F.count(F.lit(1)).alias("changed"))
+        path, replace_schema = self.sink.path, str(mode == "overwrite").lower()
+        version = self.sink.commit(
+            work.barrier, work.generation,
+            lambda: counted.write.format("delta").mode(mode).option("overwriteSchema", replace_schema).save(path),
+            work.source_versions, self.query_id, self.watch, self._costs())
         changed = int(observation.get["changed"]) if self.sink.written else 0
         return version, (changed, changed, 0)
+
+    def _dead_letters(self, letters: list[tuple[str, str]], work: BarrierWork) -> None:
+        """The input rows a row-wise function raised on, each with the error, in ``<table>__dlq``
+        (one commit per barrier with its txn mark, as the table's)."""
+        if not letters:
+            return
+        name = dead_letters(self.table.name)
+        dlq = self.dlq = self.dlq or DeltaSink(self.spark, self.locate(name), dead_letters(self.job_id), FUNCTION_DLQ_SCHEMA,
+                                               crash_at=self.crash_at, compact_every=self.compact_every, name=name,
+                                               lazy_history=True)
+        frame = self.spark.createDataFrame([(row, error, work.barrier) for row, error in letters], FUNCTION_DLQ_SCHEMA)
+        dlq.commit(work.barrier, work.generation, lambda: frame.write.format("delta").mode("append").save(dlq.path))
+        log.warning("table %s: %d row(s) of barrier %d raised in its function, kept in %s: %s", self.table.name,
+                    len(letters), work.barrier, dead_letters(self.table.name), letters[0][1])
 
     def _observation(self, work: BarrierWork) -> Observation:
         return Observation(f"{self.job_id}_{work.generation}_{work.barrier}_{uuid.uuid4().hex[:6]}")

@@ -7,16 +7,30 @@ single relation, UDFs of every kind included (they sit in a projection's express
 aggregate, join, window, sort, limit, distinct or sample needs other rows, and a subquery in an
 expression reads another table.
 
+A row-wise function that raises on some rows (a UDF given a value it cannot take) fails the
+whole Spark job; ``failing_rows`` finds those rows by halving the input, so the rest can be
+committed and they go to the dead letters with the error.
+
 Example::
 
     problem = row_wise_problem(clicks.where("ms > 200").select("page"))   # None: row-wise
+    good, bad = failing_rows(clicks, lambda rows: rows.select(score(F.col("ms"))))
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from coordinator.domain.errors import LockstepError
+
+PYTHON_ERROR = "An exception was thrown from the Python worker"
+ROW_ID = "__lockstep_row"
+BAD_ROWS_LIMIT = 100  # more failing rows in one barrier than this: the function is wrong, not the rows
 
 ROW_WISE_NODES = frozenset({"Project", "Filter", "Generate", "SubqueryAlias"})
 
@@ -58,3 +72,54 @@ def _expressions(node: Any) -> list[Any]:
 
 def _seq(seq: Any) -> list[Any]:
     return [seq.apply(i) for i in range(seq.size())]
+
+
+def python_error(error: BaseException) -> str | None:
+    r"""The error a UDF raised in the Python worker, as its traceback's last line
+    (``ValueError: ...``); None if ``error`` is another kind of failure.
+
+    >>> python_error(RuntimeError(PYTHON_ERROR + ':\nTraceback (most recent call last):\n  File "x.py", line 3, in f\n'
+    ...                           '    raise ValueError("no")\nValueError: no\n\tat org.apache.spark.Task.run'))
+    'ValueError: no'
+    """
+    text = str(error)
+    if PYTHON_ERROR not in text:
+        return None
+    lines = text[text.index(PYTHON_ERROR):].splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Traceback")), 0)
+    return next((line for line in lines[start + 1:] if line.strip() and not line[0].isspace()), lines[-1]).strip()
+
+
+def failing_rows(rows: DataFrame, apply: Callable[[DataFrame], DataFrame],
+                 limit: int = BAD_ROWS_LIMIT) -> tuple[DataFrame, list[tuple[str, str]]]:
+    """``rows`` without those ``apply`` raises on, and each of those as (its JSON, the error).
+    Halves the input until each failing part is one row: about 2 log2(n) Spark jobs per bad row."""
+    numbered = rows.withColumn(ROW_ID, F.monotonically_increasing_id()).localCheckpoint()  # numbers that stay
+    ids = [r[0] for r in numbered.select(ROW_ID).orderBy(ROW_ID).collect()]
+    bad: dict[int, str] = {}
+
+    def part(lo: int, hi: int) -> DataFrame:
+        return numbered.where(F.col(ROW_ID).between(ids[lo], ids[hi - 1])).drop(ROW_ID)
+
+    def search(lo: int, hi: int) -> None:
+        try:
+            apply(part(lo, hi)).write.format("noop").mode("overwrite").save()
+            return
+        except Exception as exc:
+            error = python_error(exc)
+            if error is None:
+                raise
+            if hi - lo > 1:
+                search(lo, (lo + hi) // 2)
+                search((lo + hi) // 2, hi)
+                return
+            bad[ids[lo]] = error
+            if len(bad) > limit:
+                raise LockstepError(f"the function raised on more than {limit} rows of one barrier, e.g. {error}; "
+                                    "fix it (its job restarts and tries the barrier again)") from exc
+
+    if ids:
+        search(0, len(ids))
+    letters = [(json.dumps({k: v for k, v in row.asDict().items() if k != ROW_ID}, default=str), bad[row[ROW_ID]])
+               for row in numbered.where(F.col(ROW_ID).isin(list(bad))).collect()]
+    return numbered.where(~F.col(ROW_ID).isin(list(bad))).drop(ROW_ID), letters

@@ -5,6 +5,7 @@ Delta commit, a pandas UDF included, and SQL tables read it as any other table."
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -105,9 +106,16 @@ def root(v: pd.Series) -> pd.Series:
     return v.pow(0.5)
 
 
+@pandas_udf(DoubleType())
+def picky_root(v: pd.Series) -> pd.Series:
+    if (v == 12).any():
+        raise ValueError("twelve has no root here")
+    return v.pow(0.5)
+
+
 @dp.materialized_view
 def roots(events):  # row-wise over a table that only grows: each barrier's new rows, appended
-    return events.where("v % 2 = 0").select("k", "v", root(F.col("v")).alias("r"))
+    return events.where("v % 2 = 0").select("k", "v", picky_root(F.col("v")).alias("r"))
 
 
 @dp.materialized_view
@@ -144,7 +152,10 @@ def test_a_python_table_is_its_function_over_each_barriers_exact_points(
     per_band = {r["band"]: (r["n"], r["total"]) for r in at(spark, settings, "per_band", points("per_band")[b]).collect()}
     assert per_band == {band: (len(vs), sum(vs)) for band, vs in bands.items()}
     roots = sorted((r["k"], r["v"], r["r"]) for r in at(spark, settings, "roots", points("roots")[b]).collect())
-    assert roots == [(k, i, pytest.approx(math.sqrt(i))) for k, i in sorted((i % 3, i) for i in range(0, 20, 2))]
+    assert roots == [(k, i, pytest.approx(math.sqrt(i))) for k, i in sorted((i % 3, i) for i in range(0, 20, 2) if i != 12)]
+    letters = spark.read.format("delta").load(settings.table_location("roots__dlq")).collect()
+    dead = [(json.loads(r["row"]), r["error"]) for r in letters]
+    assert dead == [({"k": 0, "v": 12}, "ValueError: twelve has no root here")]  # the row it raised on, and why
     modes = {name: [r["operationParameters"]["mode"] for r in DeltaTable.forPath(spark, settings.table_location(name))
                     .history().orderBy("version").collect() if r["operation"] == "WRITE"] for name in ("roots", "scored")}
     assert modes["roots"][0] == "Overwrite" and set(modes["roots"][1:]) == {"Append"}  # the first barrier, then new rows
