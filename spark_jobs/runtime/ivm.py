@@ -294,17 +294,18 @@ class TableMaintainer:
 
     def _row_wise(self, work: BarrierWork, base: tuple[dict[str, int], int] | None) -> tuple[int, tuple[int, int, int]]:
         """A row-wise function's table: the function over its source's new rows since ``base``,
-        appended (no base: over all its rows, replacing the table). Rows it raises on go to the
+        appended (no base, or a source that changed rows after all: over all its rows, replacing
+        the table). Rows it raises on go to the
         dead letters with the error, and the rest is committed."""
         (source,) = self.plan.sources
         new = work.source_versions[source]
-        if base is None:
+        rows = None if base is None else self._grown(source, base[0][source], new)
+        if base is not None and rows is None:
+            log.warning("table %s: %s changed or removed rows by barrier %d (a table that only grows should not): "
+                        "recomputed from all its rows", self.table.name, source, work.barrier)
+        mode = "overwrite" if rows is None else "append"
+        if rows is None:
             rows = self.snapshot(source, new)
-        else:
-            message = f"{self.table.name}: {source} retracted rows, but a row-wise Python table reads a table that only grows"
-            changed = self.changes(source, base[0][source], new)
-            rows = changed.where(F.assert_true(F.col(WEIGHT) > 0, message).isNull()).drop(WEIGHT)
-        mode = "overwrite" if base is None else "append"
         try:
             return self._write_function(work, rows, mode)
         except Exception as exc:
@@ -314,6 +315,15 @@ class TableMaintainer:
             good, letters = failing_rows(rows, lambda part: self._call({source: part}))
             self._dead_letters(letters, work)
         return self._write_function(work, good, mode)
+
+    def _grown(self, source: str, old: int, new: int) -> DataFrame | None:
+        """The rows versions ``(old, new]`` of ``source`` added, or None if they also changed or
+        removed rows (an UPDATE by hand): a Spark job to look, only where they were not appends."""
+        appended = appended_files(self.spark, self.locate(source), old, new)
+        if appended is not None:
+            return read_files(self.spark, *appended)
+        changed = self.changes(source, old, new)
+        return None if changed.where(F.col(WEIGHT) < 0).limit(1).count() else changed.drop(WEIGHT)
 
     def _write_function(self, work: BarrierWork, rows: DataFrame, mode: str) -> tuple[int, tuple[int, int, int]]:
         (source,) = self.plan.sources

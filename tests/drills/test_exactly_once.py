@@ -1,8 +1,9 @@
 """Exactly once under kill -9: the job process dies 6 times (LOCKSTEP_DRILL_KILLS), before commits, between a commit
 and its completion, and at random moments, while a producer keeps writing. After every restart
 the tables must hold each record exactly once: per key, sequence numbers 1..n with no gap and no
-duplicate, and the aggregate downstream agrees; every barrier is committed once, and the version
-each completion published is the one the table's history says holds that barrier."""
+duplicate, and the aggregate downstream agrees, as does a Python table (a row-wise function kept
+by appending each barrier's new rows); every barrier is committed once, and the version each
+completion published is the one the table's history says holds that barrier."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
 from tests.support import ROOT
-from tests.support.barriers import SEQUENCED_PIPELINE, check_each_record_once, check_published_versions, wait_for_barrier
+from tests.support.barriers import (
+    SEQUENCED_PIPELINE,
+    at,
+    check_each_record_once,
+    check_published_versions,
+    wait_for_barrier,
+)
 from tests.support.supervising import SequencedFeed
 
 # 7 job starts; 1 s barriers (the default): fewer barriers to catch up on after each kill
@@ -32,6 +39,16 @@ KEYS = 7
 CRASH_POINTS = ("before_commit:0.5", "before_completion:0.5", None)
 KILLS = int(os.environ.get("LOCKSTEP_DRILL_KILLS", "6"))  # 2 per crash point; more: the variable
 RUNS = [CRASH_POINTS[i % len(CRASH_POINTS)] for i in range(KILLS)]
+PYTHON_TABLES = '''
+from pyspark.sql import DataFrame
+
+from spark_jobs.api import pipelines as dp
+
+
+@dp.materialized_view
+def evens(events: DataFrame) -> DataFrame:
+    return events.where("seq % 2 = 0")
+'''
 
 
 def group_alive(pgid: int) -> bool:
@@ -67,6 +84,8 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
     settings = Settings.from_env(env)
     pipeline_file = tmp_path / "pipeline.sql"
     pipeline_file.write_text(SEQUENCED_PIPELINE.format(topic=topic))
+    python_file = tmp_path / "evens.py"
+    python_file.write_text(PYTHON_TABLES)
     feed = SequencedFeed(kafka_bootstrap, topic, KEYS)
     feed.start()
     log = tmp_path / "run.log"
@@ -75,7 +94,7 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
     def start(crash: str | None) -> subprocess.Popen[bytes]:
         run_env = {**env, "LOCKSTEP_CRASH_AT": crash} if crash else env
         with open(log, "ab") as out:
-            return subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline_file)], env=run_env,
+            return subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline_file), str(python_file)], env=run_env,
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
 
     try:
@@ -95,7 +114,7 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
         proc = start(None)
         try:
             try:
-                state, b = wait_for_barrier(settings, ["events", "per_key"], feed.ends(), topic, timeout=420)
+                state, b = wait_for_barrier(settings, ["events", "per_key", "evens"], feed.ends(), topic, timeout=420)
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; runs: {outcomes}\n{log.read_text()[-4000:]}") from None
         finally:
@@ -112,5 +131,8 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
         f"every crash point must fire: {outcomes}\n{log.read_text()[-3000:]}"
     print(f"{KILLS} kills: crash points fired {dict(fired)}, the rest killed from outside")
     check_each_record_once(spark, settings, state, b, topic, feed.expected())
-    for table in ("events", "per_key"):
+    rows = {t: Counter((r["k"], r["seq"]) for r in at(spark, settings, t, state.exact_points(t)[b]).collect())
+            for t in ("events", "evens")}
+    assert rows["evens"] == Counter({row: n for row, n in rows["events"].items() if row[1] % 2 == 0})
+    for table in ("events", "per_key", "evens"):
         check_published_versions(spark, settings, state, table, b)

@@ -1,6 +1,7 @@
 """Revision while the pipeline runs and is read: (a) a job's query was wrong: the pipeline is run
 again with the fixed query and its table revised from a barrier; (b) a root table's data went
 wrong: it is revised and re-ingested from a barrier; (c) everything from scratch (--full).
+A Python table (a row-wise function, kept by appending new rows) is revised with its source.
 Read-committed reads see no anomaly at any time, and afterwards every exact point after the
 barrier matches the oracle."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -17,7 +19,7 @@ from coordinator.domain import MetaState
 from coordinator.settings import Settings
 from spark_jobs.api.reads import SnapshotError, open_snapshot
 from spark_jobs.ops.runner import register_pipeline
-from spark_jobs.planning.pipeline import parse_pipeline
+from spark_jobs.planning.pipeline import joined, load_pipeline, parse_pipeline
 from tests.support.barriers import at, wait_for_barrier
 from tests.support.supervising import KeyedRecords, Stack, supervised
 
@@ -31,8 +33,18 @@ CREATE TABLE top AS SELECT COUNT(*) AS groups, SUM(total) AS grand FROM mid;
 CREATE TABLE counts AS SELECT k, COUNT(*) AS n FROM events GROUP BY k;
 CREATE TABLE busy AS SELECT k, COUNT(*) AS n, MAX(v) AS top FROM events GROUP BY k HAVING COUNT(*) >= 3;
 """
+PYTHON = '''
+from pyspark.sql import DataFrame
+
+from spark_jobs.api import pipelines as dp
+
+
+@dp.materialized_view
+def odd(events: DataFrame) -> DataFrame:
+    return events.where("v % 2 = 1")
+'''
 WRONG = "WHERE v % 3 <> 0"  # the bug: drops every third value
-TABLES = ["events", "mid", "top", "counts", "busy"]  # busy: kept by group (HAVING)
+TABLES = ["events", "mid", "top", "counts", "busy", "odd"]  # busy: kept by group (HAVING); odd: Python
 
 
 
@@ -61,6 +73,8 @@ class Reader(threading.Thread):
                 self.anomalies.append(f"barrier {snap.barrier}: counts differ from events")
             if {(r["k"], r["n"], r["top"]) for r in rows["busy"]} != busy([(r["k"], r["v"]) for r in rows["events"]]):
                 self.anomalies.append(f"barrier {snap.barrier}: busy differs from events")
+            if sorted(r["v"] for r in rows["odd"]) != sorted(r["v"] for r in rows["events"] if r["v"] % 2):
+                self.anomalies.append(f"barrier {snap.barrier}: odd differs from events")
             self.reads.append(snap.barrier or 0)
 
 
@@ -95,11 +109,12 @@ def check_after(spark: SparkSession, settings: Settings, state: MetaState, after
         assert (top["groups"], top["grand"] or 0) == (len(totals), sum(totals.values())), f"top at barrier {b}"
         assert {r["k"]: r["n"] for r in read("counts", b)} == dict(Counter(k for k, _ in events)), f"counts at {b}"
         assert {(r["k"], r["n"], r["top"]) for r in read("busy", b)} == busy(events), f"busy at barrier {b}"
+        assert sorted((r["k"], r["v"]) for r in read("odd", b)) == sorted(e for e in events if e[1] % 2), f"odd at {b}"
     return checked
 
 
 def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
-    spark: SparkSession, make_stack: Callable[[], Stack], make_topic: Callable, kafka_bootstrap: str,
+    spark: SparkSession, make_stack: Callable[[], Stack], make_topic: Callable, kafka_bootstrap: str, tmp_path: Path,
 ) -> None:
     topic = make_topic(partitions=1)
     stack = make_stack()
@@ -109,8 +124,10 @@ def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
 
     records = KeyedRecords(kafka_bootstrap, topic, keys=4, value=lambda i: i)
     send = records.send
-    wrong = parse_pipeline(PIPELINE.format(topic=topic, where=WRONG))
-    fixed = parse_pipeline(PIPELINE.format(topic=topic, where=""))
+    (tmp_path / "odd.py").write_text(PYTHON)
+    odd = load_pipeline(tmp_path / "odd.py")
+    wrong = joined([parse_pipeline(PIPELINE.format(topic=topic, where=WRONG)), odd])
+    fixed = joined([parse_pipeline(PIPELINE.format(topic=topic, where="")), odd])
     register_pipeline(settings, wrong)
     reader = Reader(spark, settings)
     with supervised(spark, wrong, settings):
@@ -125,7 +142,7 @@ def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
         assert f"revising mid, top from barrier {revise_from}" in revised.stdout
         state, b = wait_for_barrier(settings, TABLES, send(30), topic)
         assert {t: state.tables[t].generation for t in TABLES} == {"events": 0, "mid": 1, "top": 1, "counts": 0,
-                                                                      "busy": 0}
+                                                                      "busy": 0, "odd": 0}
 
         # (b) the root table's data went wrong after barrier b: revise it, re-ingest from b
         bad_from = b
@@ -138,7 +155,7 @@ def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
         assert "revising events, " in revised.stdout
         state, _ = wait_for_barrier(settings, TABLES, send(30), topic)
         assert {t: state.tables[t].generation for t in TABLES} == {"events": 1, "mid": 2, "top": 2, "counts": 1,
-                                                                      "busy": 1}
+                                                                      "busy": 1, "odd": 1}
 
     # after both revisions, every exact point after the first revision's barrier is right
     checked = check_after(spark, settings, state, revise_from, cut_offsets(state))
@@ -152,7 +169,7 @@ def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
     reader.stop.set()
     reader.join(60)
     assert {t: state.tables[t].generation for t in TABLES} == {"events": 2, "mid": 3, "top": 3, "counts": 2,
-                                                                  "busy": 2}
+                                                                  "busy": 2, "odd": 2}
     assert len(check_after(spark, settings, state, 0, cut_offsets(state))) >= 2
     assert reader.anomalies == []
     assert len(reader.reads) >= 20, len(reader.reads)
