@@ -22,7 +22,11 @@
   off. Two tables, commits alternating, ``--pause`` s apart; medians, spread and the sink's
   phases (``upkeep``: waiting for the work after the last commit, which the pause hides).
 
-Usage: python -m bench.spark_jobs {ingest,ivm,changes,reads,commits} [--records N] [--rows N [N ...]] [--query having]
+* ``python``: barriers of a Python table (a row-wise function with a pandas UDF) over a source
+  of ``--rows`` rows that grows by ``--changed`` rows a barrier: applied to the new rows only
+  (``PlanKind.ROW_WISE``) vs. recomputed over the whole source (full refresh), same function.
+
+Usage: python -m bench.spark_jobs {ingest,ivm,changes,reads,commits,python} [--records N] [--rows N [N ...]] [--query having]
 """
 
 from __future__ import annotations
@@ -283,6 +287,67 @@ def ivm_at(spark: SparkSession, settings: Settings, rows: int, n_changed: int, r
     return median
 
 
+def bench_python(rows: int, n_new: int, rounds: int) -> None:
+    """A row-wise Python table kept by appending each barrier's new rows vs. recomputed."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+    from pyspark.sql.functions import pandas_udf
+    from pyspark.sql.types import DoubleType
+
+    from coordinator.domain.work import BarrierWork
+    from spark_jobs.planning.pipeline import DerivedTable
+    from spark_jobs.planning.plans import Plan, PlanKind
+    from spark_jobs.planning.python_tables import PythonTable
+    from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
+    from spark_jobs.runtime.ivm import TableMaintainer
+    from spark_jobs.runtime.session import build_session
+
+    def patience(v: pd.Series) -> pd.Series:
+        return 1.0 / (1.0 + v / 100.0)
+
+    patience.__annotations__ = {"v": pd.Series, "return": pd.Series}  # (this module's are strings)
+    score = pandas_udf(patience, DoubleType())
+
+    def scored(src: DataFrame) -> DataFrame:
+        return src.where("v % 10 <> 0").select("k", "v", score(F.col("v")).alias("score"))
+
+    with local_stack() as settings:
+        spark = build_session("bench-python", settings=settings)
+        source = DeltaSink(spark, settings.table_location("src"), "ingest_src", "k BIGINT, v BIGINT")
+
+        def append(b: int, first: int, n: int) -> int:
+            frame = spark.range(first, first + n).select(F.col("id").alias("k"), (F.col("id") % 1000).alias("v"))
+            return source.commit(b, 0, lambda: frame.write.format("delta").mode("append").save(source.path))
+
+        versions = {"src": append(1, 0, rows)}
+        publisher = CompletionPublisher(settings)
+        python = PythonTable("scored", scored, ("src",), False, "", "bench", "scored")
+        plans = {"row-wise": Plan(PlanKind.ROW_WISE, "bench", "scored", ("src",), append_only=True, inserts_only=True),
+                 "full refresh": Plan(PlanKind.FULL_REFRESH, "the baseline", "scored", ("src",))}
+        jobs = {name: TableMaintainer(spark, DerivedTable(f"t_{i}", "scored", ("src",), python=python), plan,
+                                      f"maintain_t_{i}", settings.table_location, publisher)
+                for i, (name, plan) in enumerate(plans.items())}
+        times: dict[str, list[float]] = {name: [] for name in jobs}
+        for b in range(1, rounds + 3):  # barrier 1 makes the tables, barrier 2 warms up: not counted
+            if b > 1:
+                versions["src"] = append(b, rows + (b - 2) * n_new, n_new)
+            for name, job in jobs.items():
+                t0 = time.perf_counter()
+                job.process(BarrierWork(b, 0, 0, source_versions=dict(versions)))
+                if b > 2:
+                    times[name].append(time.perf_counter() - t0)
+            if b > 2:
+                print(f"barrier {b}: {n_new:,} new rows; " +
+                      "  ".join(f"{name} {times[name][-1]:6.2f}s ({phases(job)})" for name, job in jobs.items()))
+        tables = [spark.read.format("delta").load(job.sink.path) for job in jobs.values()]
+        same = tables[0].exceptAll(tables[1]).count() == 0 and tables[1].exceptAll(tables[0]).count() == 0
+        for job in jobs.values():
+            job.close()
+        spark.stop()
+    print(f"results identical: {same}")
+    print_medians(times, "full refresh", "barriers", "full refresh")
+
+
 @contextmanager
 def scratch_spark(name: str) -> Iterator[tuple[SparkSession, str]]:
     """A session over a scratch folder, for the benches that only write and read tables (no
@@ -430,7 +495,7 @@ def phases(job: TableMaintainer) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["ingest", "ivm", "changes", "reads", "commits"])
+    parser.add_argument("which", choices=["ingest", "ivm", "changes", "reads", "commits", "python"])
     parser.add_argument("--records", type=int, default=400_000, help="ingest: records (default 400,000)")
     parser.add_argument("--batches", type=int, default=8, help="ingest: barriers / micro-batches (default 8)")
     parser.add_argument("--repeat", type=int, default=2, help="ingest: alternating runs of each (default 2)")
@@ -459,6 +524,8 @@ def main() -> None:
         bench_reads(args.rows[0], args.rounds)
     elif args.which == "commits":
         bench_commits(args.rows[0], args.rounds, args.tz, args.pause)
+    elif args.which == "python":
+        bench_python(args.rows[0], int(args.changed) if args.changed >= 1 else int(args.rows[0] * args.changed), args.rounds)
     else:
         bench_ivm(args.rows, args.changed, args.rounds, args.query, args.rewrite_limit_mb, args.changes == "spread")
 
