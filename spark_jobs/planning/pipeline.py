@@ -17,7 +17,7 @@ t``, time travel, other databases, constraints it does not enforce, options on a
 table) is rejected with what to write instead, never silently read another way.
 
 A pipeline may also be a Python file of decorated functions (``spark_jobs.planning.python_tables``),
-and ``load_pipelines`` joins several files, SQL and Python, into one pipeline.
+and ``joined`` makes several files' pipelines, SQL and Python, one.
 
 Example::
 

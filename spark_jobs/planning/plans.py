@@ -679,8 +679,8 @@ def shapes_of(roots: list[tuple[str, tuple[str, ...]]], derived: list[tuple[str,
 
 
 def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
-    """The maintenance plan of a derived table, knowing the keys its sources promise. A Python
-    function's table is recomputed from its sources' snapshots (no SQL to plan changes with)."""
+    """The maintenance plan of a derived table, knowing the keys its sources promise (for a
+    Python function's table: ``_python_plan``)."""
     shapes = shapes_of([(t.name, t.primary_key) for t in pipeline.roots],
                        [(t.name, t.query) for t in pipeline.derived if t.python is None])
     return plan_query(table.query, shapes) if table.python is None else _python_plan(table, shapes)

@@ -10,9 +10,11 @@ job hands it DataFrames of its sources at that barrier's exact points.
 
 A file is run (``runpy``) with the decorators collecting its tables; it needs no Spark to load,
 so ``lockstep explain`` stays a check that starts nothing. Its functions run in the job, at
-every barrier where a source changed, and their result replaces the table (one Delta commit).
+every barrier where a source changed: over each barrier's new rows where the function is
+row-wise over a table that only grows (``PlanKind.ROW_WISE``), else over the sources' exact
+points, replacing the table; one Delta commit per barrier either way.
 
-Example (``pipelines/clicks_enriched.py``)::
+Example (``pipelines/clicks_scored.py`` has one with a pandas UDF)::
 
     from spark_jobs.api import pipelines as dp
 
