@@ -250,7 +250,8 @@ def explain(settings: Settings, pipeline_files: tuple[str, ...], fmt: str) -> No
         table = pipeline.table(job.sink)
         python = table.python if isinstance(table, DerivedTable) else None
         if python is not None:
-            click.echo(f"    columns: those {python.function.__name__} returns ({python.origin})")
+            comment = f": {python.comment}" if python.comment else ""
+            click.echo(f"    columns: those {python.function.__name__} returns ({python.origin}){comment}")
         elif job.sources and columns.get(job.sink) is None:
             click.echo("    columns: unknown (it reads a table these files do not declare)")
         for column, sources in (columns.get(job.sink) or {}).items():

@@ -135,6 +135,16 @@ def test_a_bad_pipeline_file_is_a_usage_error_naming_the_file(tmp_path: Path) ->
     assert result.stderr.startswith(f"error: {bad}: ") and "only CREATE TABLE" in result.stderr
 
 
+def test_explain_makes_one_pipeline_of_sql_and_python_files_and_says_how_each_table_is_kept() -> None:
+    result = invoke("explain", str(ROOT / "pipelines" / "clicks.sql"), str(ROOT / "pipelines" / "clicks_scored.py"))
+    assert result.exit_code == 0, result.output
+    assert "maintain_scored_clicks -> scored_clicks: incremental row-wise: each barrier's new rows of clicks" in result.output
+    assert "maintain_patience_per_user -> patience_per_user: full refresh" in result.output
+    assert "columns: those scored_clicks returns (clicks_scored.py:25): every click with its patience score" in result.output
+    assert "fused group of ingest_clicks: maintain_views_per_page, maintain_scored_clicks, maintain_patience_per_user" \
+        in result.output
+
+
 def test_explain_starts_no_spark() -> None:
     probe = ("import sys; from click.testing import CliRunner; from lockstep.cli import cli; "
              "r = CliRunner().invoke(cli, ['explain', 'pipelines/shopping.sql']); "
