@@ -25,8 +25,12 @@
 * ``python``: barriers of a Python table (a row-wise function with a pandas UDF) over a source
   of ``--rows`` rows that grows by ``--changed`` rows a barrier: applied to the new rows only
   (``PlanKind.ROW_WISE``) vs. recomputed over the whole source (full refresh), same function.
+  ``--keyed``: the source has a key and ``--changed`` of its rows are updated a barrier
+  (anywhere, or ``--changes recent``: the last keys): the function over the changed rows,
+  MERGEd by key, vs. recomputed. ``--udf-rounds K`` makes the UDF a costlier model.
 
 Usage: python -m bench.spark_jobs {ingest,ivm,changes,reads,commits,python} [--records N] [--rows N [N ...]] [--query having]
+       [--keyed]
 """
 
 from __future__ import annotations
@@ -287,9 +291,12 @@ def ivm_at(spark: SparkSession, settings: Settings, rows: int, n_changed: int, r
     return median
 
 
-def bench_python(rows: int, n_new: int, rounds: int) -> None:
-    """A row-wise Python table kept by appending each barrier's new rows vs. recomputed."""
+def bench_python(rows: int, n_new: int, rounds: int, keyed: bool, spread: bool, work: int) -> None:
+    """A row-wise Python table kept by appending each barrier's new rows (``keyed``: replacing
+    the changed keys' rows) vs. recomputed."""
+    import numpy as np
     import pandas as pd
+    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
     from pyspark.sql.functions import pandas_udf
     from pyspark.sql.types import DoubleType
@@ -303,7 +310,10 @@ def bench_python(rows: int, n_new: int, rounds: int) -> None:
     from spark_jobs.runtime.session import build_session
 
     def patience(v: pd.Series) -> pd.Series:
-        return 1.0 / (1.0 + v / 100.0)
+        x = v.astype("float64")
+        for _ in range(work):  # a costlier model: ``--udf-rounds`` more vectorised steps per row
+            x = np.sin(x) + v
+        return 1.0 / (1.0 + v / 100.0) + 0.0 * x
 
     patience.__annotations__ = {"v": pd.Series, "return": pd.Series}  # (this module's are strings)
     score = pandas_udf(patience, DoubleType())
@@ -319,25 +329,33 @@ def bench_python(rows: int, n_new: int, rounds: int) -> None:
             frame = spark.range(first, first + n).select(F.col("id").alias("k"), (F.col("id") % 1000).alias("v"))
             return source.commit(b, 0, lambda: frame.write.format("delta").mode("append").save(source.path))
 
+        def update(b: int, n: int) -> int:  # n rows anywhere in the source (or its last ones) get a new value
+            keys = spark.range(n).select((F.rand(b) * rows).cast("long").alias("k")).dropDuplicates(["k"]) if spread \
+                else spark.range(rows - n, rows).withColumnRenamed("id", "k")
+            frame = keys.select("k", ((F.col("k") + b) % 1000).alias("v"))
+            return source.commit(b, 0, lambda: DeltaTable.forPath(spark, source.path).alias("t").merge(
+                frame.alias("s"), "t.k = s.k").whenMatchedUpdateAll().execute())
+
         versions = {"src": append(1, 0, rows)}
         publisher = CompletionPublisher(settings)
         python = PythonTable("scored", scored, ("src",), False, "", "bench", "scored")
-        plans = {"row-wise": Plan(PlanKind.ROW_WISE, "bench", "scored", ("src",), append_only=True, inserts_only=True),
-                 "full refresh": Plan(PlanKind.FULL_REFRESH, "the baseline", "scored", ("src",))}
+        incremental = Plan(PlanKind.ROW_WISE, "bench", "scored", ("src",), key=("k",)) if keyed else \
+            Plan(PlanKind.ROW_WISE, "bench", "scored", ("src",), append_only=True, inserts_only=True)
+        plans = {"row-wise": incremental, "full refresh": Plan(PlanKind.FULL_REFRESH, "the baseline", "scored", ("src",))}
         jobs = {name: TableMaintainer(spark, DerivedTable(f"t_{i}", "scored", ("src",), python=python), plan,
                                       f"maintain_t_{i}", settings.table_location, publisher)
                 for i, (name, plan) in enumerate(plans.items())}
         times: dict[str, list[float]] = {name: [] for name in jobs}
         for b in range(1, rounds + 3):  # barrier 1 makes the tables, barrier 2 warms up: not counted
             if b > 1:
-                versions["src"] = append(b, rows + (b - 2) * n_new, n_new)
+                versions["src"] = update(b, n_new) if keyed else append(b, rows + (b - 2) * n_new, n_new)
             for name, job in jobs.items():
                 t0 = time.perf_counter()
                 job.process(BarrierWork(b, 0, 0, source_versions=dict(versions)))
                 if b > 2:
                     times[name].append(time.perf_counter() - t0)
             if b > 2:
-                print(f"barrier {b}: {n_new:,} new rows; " +
+                print(f"barrier {b}: {n_new:,} {'updated' if keyed else 'new'} rows; " +
                       "  ".join(f"{name} {times[name][-1]:6.2f}s ({phases(job)})" for name, job in jobs.items()))
         tables = [spark.read.format("delta").load(job.sink.path) for job in jobs.values()]
         same = tables[0].exceptAll(tables[1]).count() == 0 and tables[1].exceptAll(tables[0]).count() == 0
@@ -505,7 +523,11 @@ def main() -> None:
     parser.add_argument("--changed", type=float, default=0.01,
                         help="ivm: rows changed per barrier, a fraction of the source (< 1) or a number (default 0.01)")
     parser.add_argument("--changes", choices=["spread", "recent"], default="spread",
-                        help="ivm: where the changed rows are (default spread: anywhere)")
+                        help="ivm, python --keyed: where the changed rows are (default spread: anywhere)")
+    parser.add_argument("--udf-rounds", type=int, default=0,
+                        help="python: extra vectorised steps per row in the UDF, a costlier model (default 0)")
+    parser.add_argument("--keyed", action="store_true",
+                        help="python: a keyed source whose rows are updated, not one that grows")
     parser.add_argument("--rounds", type=int, default=3, help="ivm, changes, reads, commits: rounds measured (default 3)")
     parser.add_argument("--tz", default="America/Los_Angeles", help="commits: the JVM's time zone (default America/Los_Angeles)")
     parser.add_argument("--pause", type=float, default=0.5,
@@ -525,7 +547,8 @@ def main() -> None:
     elif args.which == "commits":
         bench_commits(args.rows[0], args.rounds, args.tz, args.pause)
     elif args.which == "python":
-        bench_python(args.rows[0], int(args.changed) if args.changed >= 1 else int(args.rows[0] * args.changed), args.rounds)
+        bench_python(args.rows[0], int(args.changed) if args.changed >= 1 else int(args.rows[0] * args.changed), args.rounds,
+                     args.keyed, args.changes == "spread", args.udf_rounds)
     else:
         bench_ivm(args.rows, args.changed, args.rounds, args.query, args.rewrite_limit_mb, args.changes == "spread")
 

@@ -98,7 +98,7 @@ class PlanKind(StrEnum):
     JOIN_AGGREGATE = "join_aggregate"
     GROUPS = "groups"
     UNION = "union"
-    ROW_WISE = "row-wise"  # a Python function applied to a growing source's new rows (if it is row-wise)
+    ROW_WISE = "row-wise"  # a Python function applied to a source's changed rows (if it is row-wise)
     FULL_REFRESH = "full_refresh"
 
 
@@ -687,20 +687,27 @@ def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
 
 
 def _python_plan(table: DerivedTable, shapes: Mapping[str, TableShape]) -> Plan:
-    """A Python function's table: its function applied to each barrier's new rows where it reads
-    one table that only grows (and proves row-wise when the job starts), else recomputed."""
+    """A Python function's table: its function applied to each barrier's changed rows where it
+    reads one table that only grows (new rows, appended) or has a key (the rows of the changed
+    keys, replaced), if it proves row-wise when the job starts; else recomputed."""
     assert table.python is not None
     function = f"{table.python.function.__name__} ({table.python.origin})"
+    checked = "checked when its job starts, else recomputed"
+    shape = shapes.get(table.sources[0], UNKNOWN)
     if len(table.sources) > 1:
         why = f"the Python function {function} reads {len(table.sources)} tables"
-    elif not shapes.get(table.sources[0], UNKNOWN).append_only:
-        why = (f"the Python function {function} reads {table.sources[0]}, which may change or remove rows "
-               "(a primary key, or a table that is recomputed)")
-    else:
+    elif shape.append_only:
         return Plan(PlanKind.ROW_WISE, f"each barrier's new rows of {table.sources[0]}, which only grows, go through "
                     f"{function} and are appended, if the function is row-wise (projections, filters, UDFs per row; "
-                    "checked when its job starts, else recomputed)", table.query, table.sources,
-                    append_only=True, inserts_only=True)
+                    f"{checked})", table.query, table.sources, append_only=True, inserts_only=True)
+    elif shape.key is not None:
+        key = ", ".join(shape.key)
+        return Plan(PlanKind.ROW_WISE, f"each barrier's changed rows of {table.sources[0]} go through {function}, "
+                    f"replacing the rows of the keys ({key}) they change, if the function is row-wise and keeps "
+                    f"{key} as it is ({checked})", table.query, table.sources, key=shape.key)
+    else:
+        why = (f"the Python function {function} reads {table.sources[0]}, which has no key and may change or "
+               "remove rows (a table that is recomputed)")
     return Plan(PlanKind.FULL_REFRESH, why, table.query, table.sources)
 
 

@@ -10,9 +10,10 @@ job hands it DataFrames of its sources at that barrier's exact points.
 
 A file is run (``runpy``) with the decorators collecting its tables; it needs no Spark to load,
 so ``lockstep explain`` stays a check that starts nothing. Its functions run in the job, at
-every barrier where a source changed: over each barrier's new rows where the function is
-row-wise over a table that only grows (``PlanKind.ROW_WISE``), else over the sources' exact
-points, replacing the table; one Delta commit per barrier either way.
+every barrier where a source changed: over each barrier's changed rows where the function is
+row-wise over one table that only grows (its new rows, appended) or has a key it keeps (the
+changed keys' rows, replaced; ``PlanKind.ROW_WISE``), else over the sources' exact points,
+replacing the table; one Delta commit per barrier either way.
 
 Example (``pipelines/clicks_scored.py`` has one with a pandas UDF)::
 

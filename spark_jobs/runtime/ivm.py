@@ -17,8 +17,12 @@ rows with a weight** (+n inserted, -n retracted):
   changed rows touch the groups whose rows join them.
   When no result columns identify a row (a join of bids, which only grow and have no key),
   each group's rows are numbered, and the group columns with that number are the key;
-* a Python function (``spark_jobs.planning.python_tables``) over one source that only grows, if
-  Spark's plan of it is row-wise (``row_wise``): the function over the source's new rows, appended.
+* a Python function (``spark_jobs.planning.python_tables``) over one source, if Spark's plan of
+  it is row-wise (``row_wise``): over a source that only grows, the function over its new rows,
+  appended; over a keyed source, the function over the new images of its changed rows, replacing
+  the rows of the keys they change (a key whose row is gone or filtered out is deleted). Rows the
+  function raises on go to the table's dead letters (``<table>__dlq``), also when a function of
+  one source is recomputed.
 
 Equal rows with opposite weights cancel. The rest is applied to the sink in one MERGE per
 barrier: by key (projection, join), appended (append-only inputs), or folded into the groups
@@ -55,7 +59,7 @@ from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink, merge_by_
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.delta_log import appended_files, read_files, read_version, table_bytes
 from spark_jobs.runtime.pruning import KEYS_LIMIT, few_keys, within
-from spark_jobs.runtime.row_wise import failing_rows, python_error, row_wise_problem
+from spark_jobs.runtime.row_wise import failing_rows, key_problem, python_error, row_wise_problem
 from spark_jobs.runtime.stopwatch import Stopwatch
 
 log = logging.getLogger(__name__)
@@ -82,6 +86,17 @@ def _few(keys: DataFrame) -> tuple[DataFrame, list[Row] | None]:
 def _narrowed(frame: DataFrame, rows: list[Row] | None, pairs: list[tuple[str, str]]) -> DataFrame:
     """``frame`` filtered to the value ranges of the changed keys ``rows`` (``pruning.within``)."""
     return frame if rows is None or not pairs else frame.where(within(rows, pairs))
+
+
+def _visible(frame: DataFrame) -> DataFrame:
+    """A table's rows as its readers see them: without the bookkeeping columns (``HIDDEN``)."""
+    return frame.select(*[c for c in frame.columns if not c.startswith(HIDDEN)])
+
+
+def _netted(rows: DataFrame) -> DataFrame:
+    """Change rows with equal values summed: those whose weights cancel are gone."""
+    value_columns = [c for c in rows.columns if c != WEIGHT]
+    return rows.groupBy(*value_columns).agg(F.sum(WEIGHT).alias(WEIGHT)).where(F.col(WEIGHT) != 0)
 
 
 def _held(value: GroupValue) -> Column:
@@ -148,7 +163,7 @@ class TableMaintainer:
         self.query_id = hashlib.sha256(self.table.query.encode()).hexdigest()[:16]
         self._cached: list[DataFrame] = []
         self._row_wise_checked = False  # a ROW_WISE plan's function was found row-wise (or the plan changed)
-        self.dlq: DeltaSink | None = None  # a row-wise Python table's dead letters, made at the first one
+        self.dlq: DeltaSink | None = None  # a Python table's dead letters, made at the first one
         self.watch = Stopwatch()  # the phases of the barrier in progress
 
     # -- reading sources ------------------------------------------------------------------------
@@ -157,20 +172,23 @@ class TableMaintainer:
         return read_version(self.spark, self.locate(table), version)
 
     def changes(self, table: str, old: int, new: int) -> DataFrame:
-        """Rows of ``table`` changed in versions ``(old, new]`` with a weight of +1 or -1: the
-        files those versions added where they only appended (``appended_files``), else Delta's
-        change data feed."""
+        """Rows of ``table`` changed in versions ``(old, new]`` with a weight of +1 or -1."""
+        return self._changes(table, old, new)[0]
+
+    def _changes(self, table: str, old: int, new: int) -> tuple[DataFrame, bool]:
+        """``changes``, and whether they are just the files those versions added, where they only
+        appended (``appended_files``: all weights +1); else they are Delta's change data feed."""
         location = self.locate(table)
         appended = appended_files(self.spark, location, old, new)
         if appended is not None:
-            return read_files(self.spark, *appended).withColumn(WEIGHT, F.lit(1))
+            return read_files(self.spark, *appended).withColumn(WEIGHT, F.lit(1)), True
         # read as the path identifier delta.`path`: `.load(path)` passes the options to Delta twice
         # (their given and lower-case spellings) and Spark warns three times a read
         path = location.replace("`", "``")
         feed = (self.spark.read.option("readChangeFeed", "true").option("startingVersion", old + 1)
                 .option("endingVersion", new).table(f"delta.`{path}`"))
         sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
-        return feed.withColumn(WEIGHT, sign).drop(*CDF_COLUMNS)
+        return feed.withColumn(WEIGHT, sign).drop(*CDF_COLUMNS), False
 
     def _bind_snapshots(self, work: BarrierWork) -> None:
         """Bind each source to its exact-point version for the barrier."""
@@ -248,12 +266,16 @@ class TableMaintainer:
     def _recompute(self, work: BarrierWork) -> tuple[int, tuple[int, int, int]]:
         """Compute the whole table from the sources' snapshots at the barrier and overwrite it
         (one Spark job; its rows are counted on the way)."""
+        if self.table.python is not None:
+            frames = {s: self.snapshot(s, v) for s, v in work.source_versions.items()}
+            if len(frames) > 1:  # no one input to find the rows it raises on in
+                return self._write_function(work, frames, "overwrite")
+            ((source, rows),) = frames.items()
+            return self._despite_bad_rows(work, source, rows,
+                                          lambda good: self._write_function(work, {source: good}, "overwrite"), whole=True)
         with self.watch.phase("plan"):
-            if self.table.python is not None:
-                result = self._function_result(work)
-            else:
-                self._bind_snapshots(work)
-                result = self._numbered(self.spark.sql(self.plan.full_query or self.plan.query))
+            self._bind_snapshots(work)
+            result = self._numbered(self.spark.sql(self.plan.full_query or self.plan.query))
             self.schema = result.schema
             observation = self._observation(work)
             counted = result.observe(observation, F.count(F.lit(1)).alias("rows"))
@@ -266,15 +288,14 @@ class TableMaintainer:
         rows = int(observation.get["rows"]) if self.sink.written else 0
         return version, (rows, rows, 0)
 
-    def _function_result(self, work: BarrierWork) -> DataFrame:
-        """A Python table's function over its sources' snapshots at the barrier (``python_tables``)."""
-        return self._call({s: self.snapshot(s, v) for s, v in work.source_versions.items()})
-
     def _call(self, frames: dict[str, DataFrame]) -> DataFrame:
-        """A Python table's function over ``frames`` (source name -> its rows), and the session if it asks."""
+        """A Python table's function over ``frames`` (source name -> its rows, without the
+        bookkeeping columns readers never see), and the session if it asks."""
         python = self.table.python
         assert python is not None
-        arguments: dict[str, object] = {**frames, **({SESSION: self.spark} if python.wants_session else {})}
+        arguments: dict[str, object] = {name: _visible(frame) for name, frame in frames.items()}
+        if python.wants_session:
+            arguments[SESSION] = self.spark
         result = python.function(**arguments)
         if not isinstance(result, DataFrame):
             raise LockstepError(f"{python.origin}: {python.function.__name__} returned a {type(result).__name__}, "
@@ -284,71 +305,113 @@ class TableMaintainer:
     def _check_row_wise(self, work: BarrierWork) -> None:
         """Keep a ROW_WISE plan only for a function that is row-wise (its analyzed plan, no action);
         else the table is recomputed at every barrier, and the log says why."""
-        problem = row_wise_problem(self._function_result(work))
+        result = self._call({s: self.snapshot(s, v) for s, v in work.source_versions.items()})
+        problem = row_wise_problem(result)
+        if problem is None and self.plan.key is not None:
+            problem = key_problem(result, self.plan.sources[0], [str(k) for k in self.plan.key])
         if problem is not None:
-            self.plan = replace(self.plan, kind=PlanKind.FULL_REFRESH, reason=problem, append_only=False,
+            self.plan = replace(self.plan, kind=PlanKind.FULL_REFRESH, reason=problem, key=None, append_only=False,
                                 inserts_only=False)
-            log.warning("table %s: recomputed at every barrier, not applied to new rows only: %s",
+            log.warning("table %s: recomputed at every barrier, not from its source's changed rows: %s",
                         self.table.name, problem)
         self._row_wise_checked = True
 
     def _row_wise(self, work: BarrierWork, base: tuple[dict[str, int], int] | None) -> tuple[int, tuple[int, int, int]]:
-        """A row-wise function's table: the function over its source's new rows since ``base``,
-        appended (no base, or a source that changed rows after all: over all its rows, replacing
-        the table). Rows it raises on go to the
-        dead letters with the error, and the rest is committed."""
+        """A row-wise function's table: the function over its source's changed rows since ``base``
+        (new rows appended, or a keyed source's rows replaced: ``_replaced``); with no base, or
+        a source that only grows but changed rows after all, over all its rows, replacing the
+        table. Rows it raises on go to the dead letters with the error, and the rest is committed."""
         (source,) = self.plan.sources
         new = work.source_versions[source]
+        if base is not None and self.plan.key is not None:
+            return self._replaced(work, base)
         rows = None if base is None else self._grown(source, base[0][source], new)
         if base is not None and rows is None:
             log.warning("table %s: %s changed or removed rows by barrier %d (a table that only grows should not): "
                         "recomputed from all its rows", self.table.name, source, work.barrier)
         mode = "overwrite" if rows is None else "append"
-        if rows is None:
-            rows = self.snapshot(source, new)
-        try:
-            return self._write_function(work, rows, mode)
-        except Exception as exc:
-            if python_error(exc) is None:
-                raise
-        with self.watch.phase("dead_letters"):
-            good, letters = failing_rows(rows, lambda part: self._call({source: part}))
-            self._dead_letters(letters, work)
-        return self._write_function(work, good, mode)
+        return self._despite_bad_rows(work, source, self.snapshot(source, new) if rows is None else rows,
+                                      lambda good: self._write_function(work, {source: good}, mode), whole=rows is None)
 
     def _grown(self, source: str, old: int, new: int) -> DataFrame | None:
         """The rows versions ``(old, new]`` of ``source`` added, or None if they also changed or
         removed rows (an UPDATE by hand): a Spark job to look, only where they were not appends."""
-        appended = appended_files(self.spark, self.locate(source), old, new)
-        if appended is not None:
-            return read_files(self.spark, *appended)
-        changed = self.changes(source, old, new)
-        return None if changed.where(F.col(WEIGHT) < 0).limit(1).count() else changed.drop(WEIGHT)
+        changed, appended = self._changes(source, old, new)
+        if not appended and changed.where(F.col(WEIGHT) < 0).limit(1).count():
+            return None
+        return changed.drop(WEIGHT)
 
-    def _write_function(self, work: BarrierWork, rows: DataFrame, mode: str) -> tuple[int, tuple[int, int, int]]:
+    def _replaced(self, work: BarrierWork, base: tuple[dict[str, int], int]) -> tuple[int, tuple[int, int, int]]:
+        """A row-wise function over a keyed source: the function over the new images of the rows
+        that changed since ``base``, replacing the table's rows of their keys (by ``_apply``: a
+        MERGE, or a rewrite of a small table). A key whose row is gone, or whose new row the
+        function filters out or raises on, loses its row."""
         (source,) = self.plan.sources
-        with self.watch.phase("plan"):
+        changed = self.changes(source, base[0][source], work.source_versions[source])
+        net = self._keep(_netted(changed))
+        key = {str(k).lower() for k in self.plan.key or ()}  # (the function may spell them otherwise: OID)
+
+        def replace_keys(rows: DataFrame) -> tuple[int, tuple[int, int, int]]:
             result = self._call({source: rows})
+            self.schema = result.schema
+            # (aliased: the same attributes as the result's key, which would make joining them a self-join)
+            touched = net.select(*[F.col(f.name).alias(f.name) if f.name.lower() in key
+                                   else F.lit(None).cast(f.dataType).alias(f.name) for f in result.schema.fields]).distinct()
+            return self._apply(work, base, result.withColumn(WEIGHT, F.lit(1))
+                               .unionByName(touched.withColumn(WEIGHT, F.lit(-1))))
+
+        return self._despite_bad_rows(work, source, net.where(F.col(WEIGHT) > 0).drop(WEIGHT), replace_keys)
+
+    def _despite_bad_rows(self, work: BarrierWork, source: str, rows: DataFrame,
+                          attempt: Callable[[DataFrame], tuple[int, tuple[int, int, int]]],
+                          whole: bool = False) -> tuple[int, tuple[int, int, int]]:
+        """``attempt`` with the function over ``rows`` of ``source`` (``whole``: all its rows);
+        if the function raises on some of them, ``attempt`` again without those, which go to the
+        dead letters with the error. A function that fails on no row alone fails the barrier, as
+        any other error."""
+        rows = _visible(rows)  # (the dead letters hold what the function was given)
+        try:
+            return attempt(rows)
+        except Exception as exc:
+            if python_error(exc) is None:
+                raise
+            failure = exc
+        with self.watch.phase("dead_letters"):
+            good, letters = failing_rows(rows, lambda part: self._call({source: part}))
+            if not letters:
+                raise failure
+            self._dead_letters(letters, work, whole)
+        return attempt(good)
+
+    def _write_function(self, work: BarrierWork, frames: dict[str, DataFrame], mode: str) -> tuple[int, tuple[int, int, int]]:
+        """Commit the function over ``frames``: appended, or overwriting the table."""
+        with self.watch.phase("plan"):
+            result = self._call(frames)
             self.schema = result.schema
             observation = self._observation(work)
             counted = result.observe(observation, F.count(F.lit(1)).alias("changed"))
-        path, replace_schema = self.sink.path, str(mode == "overwrite").lower()
-        version = self.sink.commit(
-            work.barrier, work.generation,
-            lambda: counted.write.format("delta").mode(mode).option("overwriteSchema", replace_schema).save(path),
-            work.source_versions, self.query_id, self.watch, self._costs())
+        path = self.sink.path
+        writer = self._clustered(counted).option("overwriteSchema", "true") if mode == "overwrite" \
+            else counted.write.format("delta")
+        version = self.sink.commit(work.barrier, work.generation, lambda: writer.mode(mode).save(path),
+                                   work.source_versions, self.query_id, self.watch, self._costs())
         changed = int(observation.get["changed"]) if self.sink.written else 0
         return version, (changed, changed, 0)
 
-    def _dead_letters(self, letters: list[tuple[str, str]], work: BarrierWork) -> None:
-        """The input rows a row-wise function raised on, each with the error, in ``<table>__dlq``
-        (one commit per barrier with its txn mark, as the table's)."""
-        if not letters:
-            return
+    def _dead_letters(self, letters: list[tuple[str, str]], work: BarrierWork, whole: bool) -> None:
+        """The input rows the function raised on, each with the error, in ``<table>__dlq`` (one
+        commit per barrier with its txn mark, as the table's). ``whole``: the letters come from
+        all the source's rows, so those an earlier barrier kept already are not kept again."""
         name = dead_letters(self.table.name)
         dlq = self.dlq = self.dlq or DeltaSink(self.spark, self.locate(name), dead_letters(self.job_id), FUNCTION_DLQ_SCHEMA,
                                                crash_at=self.crash_at, compact_every=self.compact_every, name=name,
                                                lazy_history=True)
+        if whole:
+            kept = read_version(self.spark, dlq.path, None).where(F.col("row").isin([row for row, _ in letters]))
+            known = {(r["row"], r["error"]) for r in kept.select("row", "error").collect()}
+            letters = [letter for letter in letters if letter not in known]
+        if not letters:
+            return
         frame = self.spark.createDataFrame([(row, error, work.barrier) for row, error in letters], FUNCTION_DLQ_SCHEMA)
         dlq.commit(work.barrier, work.generation, lambda: frame.write.format("delta").mode("append").save(dlq.path))
         log.warning("table %s: %d row(s) of barrier %d raised in its function, kept in %s: %s", self.table.name,
@@ -357,20 +420,19 @@ class TableMaintainer:
     def _observation(self, work: BarrierWork) -> Observation:
         return Observation(f"{self.job_id}_{work.generation}_{work.barrier}_{uuid.uuid4().hex[:6]}")
 
-    def _apply(self, work: BarrierWork, base: tuple[dict[str, int], int]) -> tuple[int, tuple[int, int, int]]:
-        """Turn the sources' changes into weighted change rows and apply them: a small table is
-        rewritten whole in one Spark job (old rows with the changes folded in); a large one gets
-        a MERGE of just the changed rows."""
+    def _apply(self, work: BarrierWork, base: tuple[dict[str, int], int],
+               net: DataFrame | None = None) -> tuple[int, tuple[int, int, int]]:
+        """Turn the sources' changes into weighted change rows (or take ``net``, netted already)
+        and apply them: a small table is rewritten whole in one Spark job (old rows with the
+        changes folded in); a large one gets a MERGE of just the changed rows."""
         old_versions, old_sink = base
         path = self.sink.path
         try:
             with self.watch.phase("plan"):
-                rows = self._change_rows(old_versions, work.source_versions, old_sink)
-                if self.plan.inserts_only:
-                    net = rows  # nothing is ever retracted: every change row is an insert (weight +1)
-                else:
-                    value_columns = [c for c in rows.columns if c != WEIGHT]
-                    net = rows.groupBy(*value_columns).agg(F.sum(WEIGHT).alias(WEIGHT)).where(F.col(WEIGHT) != 0)
+                if net is None:
+                    rows = self._change_rows(old_versions, work.source_versions, old_sink)
+                    # nothing is ever retracted where every change row is an insert (weight +1)
+                    net = rows if self.plan.inserts_only else _netted(rows)
                 if self.plan.kind == PlanKind.GROUPS:
                     net = self._keep(net)  # read three times (upserts, retractions, gone keys): compute it once
                 observation = self._observation(work)

@@ -7,23 +7,29 @@ single relation, UDFs of every kind included (they sit in a projection's express
 aggregate, join, window, sort, limit, distinct or sample needs other rows, and a subquery in an
 expression reads another table.
 
-A row-wise function that raises on some rows (a UDF given a value it cannot take) fails the
-whole Spark job; ``failing_rows`` finds those rows by halving the input, so the rest can be
-committed and they go to the dead letters with the error.
+Over a keyed source its result is kept by that key (each barrier replaces the rows of the keys
+that changed), so the function must also give each input row at most one row and keep the key
+columns as they are: ``key_problem`` says when it does not.
+
+A function that raises on some rows (a UDF given a value it cannot take) fails the whole Spark
+job; ``failing_rows`` finds those rows by halving the input, so the rest can be committed and
+they go to the dead letters with the error.
 
 Example::
 
     problem = row_wise_problem(clicks.where("ms > 200").select("page"))   # None: row-wise
+    problem = key_problem(orders.select("oid", score("amount")), "orders", ("oid",))  # None: kept by oid
     good, bad = failing_rows(clicks, lambda rows: rows.select(score(F.col("ms"))))
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from coordinator.domain.errors import LockstepError
@@ -33,6 +39,10 @@ ROW_ID = "__lockstep_row"
 BAD_ROWS_LIMIT = 100  # more failing rows in one barrier than this: the function is wrong, not the rows
 
 ROW_WISE_NODES = frozenset({"Project", "Filter", "Generate", "SubqueryAlias"})
+# Spark's loggers of a failed task: each probe of the bad-row search that fails logs an ERROR
+# with the Python traceback, tens of them per bad row, for failures that are expected
+TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
+                        "org.apache.spark.api.python.PythonRunner")
 
 
 def _nodes(plan: Any) -> list[Any]:
@@ -56,6 +66,25 @@ def row_wise_problem(frame: DataFrame) -> str | None:
         return f"it reads {len(leaves)} inputs"
     if any("subquery" in str(e.prettyName()).lower() for n in nodes for e in _expressions(n)):
         return "an expression of it reads another table (a subquery)"
+    return None
+
+
+def key_problem(frame: DataFrame, source: str, key: Sequence[str]) -> str | None:
+    """Why ``frame``'s rows are not identified by its input's ``key`` columns, or None: a row-wise
+    ``frame`` (``row_wise_problem``) that gives each input row at most one row and keeps the key
+    columns unchanged (the same attributes in Spark's analyzed plan, not values computed anew)."""
+    plan = frame._jdf.queryExecution().analyzed()
+    nodes = _nodes(plan)
+    columns = ", ".join(key)
+    if any(n.nodeName() == "Generate" for n in nodes):
+        return (f"it may give a row of {source} several rows (a generator such as explode), so {source}'s key "
+                f"({columns}) does not identify its rows")
+    (leaf,) = [n for n in nodes if n.children().isEmpty()]
+    given = {a.name().lower(): a.exprId().id() for a in _seq(leaf.output())}  # (names as Spark compares them)
+    kept = {a.name().lower(): a.exprId().id() for a in _seq(plan.output())}
+    if any(kept.get(k.lower()) is None or kept.get(k.lower()) != given.get(k.lower()) for k in key):
+        return (f"its result does not keep {source}'s key ({columns}) as it is: select the key column(s) "
+                "unchanged to have each barrier replace just the rows of the keys that changed")
     return None
 
 
@@ -90,6 +119,21 @@ def python_error(error: BaseException) -> str | None:
     return next((line for line in lines[start + 1:] if line.strip() and not line[0].isspace()), lines[-1]).strip()
 
 
+@contextlib.contextmanager
+def quiet_task_failures(spark: SparkSession) -> Iterator[None]:
+    """Spark's task-failure logs off while probes are expected to fail (the driver's JVM: in local
+    mode its executors' too); the failures that matter are raised and logged by the job."""
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
+    levels = {name: log4j.LogManager.getLogger(name).getLevel() for name in TASK_FAILURE_LOGGERS}
+    for name in levels:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            log4j.core.config.Configurator.setLevel(name, level)
+
+
 def failing_rows(rows: DataFrame, apply: Callable[[DataFrame], DataFrame],
                  limit: int = BAD_ROWS_LIMIT) -> tuple[DataFrame, list[tuple[str, str]]]:
     """``rows`` without those ``apply`` raises on, and each of those as (its JSON, the error).
@@ -119,7 +163,8 @@ def failing_rows(rows: DataFrame, apply: Callable[[DataFrame], DataFrame],
                                     "fix it (its job restarts and tries the barrier again)") from exc
 
     if ids:
-        search(0, len(ids))
+        with quiet_task_failures(rows.sparkSession):
+            search(0, len(ids))
     letters = [(json.dumps({k: v for k, v in row.asDict().items() if k != ROW_ID}, default=str), bad[row[ROW_ID]])
                for row in numbered.where(F.col(ROW_ID).isin(list(bad))).collect()]
     return numbered.where(~F.col(ROW_ID).isin(list(bad))).drop(ROW_ID), letters

@@ -70,6 +70,10 @@ DEFAULT_CONF: dict[str, str] = {
     # stopping a query waits this long for its micro-batch to end (Spark's default: for ever), so a
     # hung one cannot hold up a runner's stop or the watchdog's restart of it
     "spark.sql.streaming.stopTimeout": "60s",
+    # Spark 4.2.0 hands a Python UDF (Arrow-optimized, the default) its input straight from a
+    # columnar scan such as Delta's in a message its Python worker misreads (SPARK-58241, fixed
+    # after 4.2.0): the worker crashes or waits for ever. Off, the input goes row by row as before.
+    "spark.sql.execution.arrow.pythonUDF.columnarInput.enabled": "false",
 }
 
 # In local mode the driver's own executor heartbeats the driver. Its first heartbeat may come

@@ -39,15 +39,22 @@ KEYS = 7
 CRASH_POINTS = ("before_commit:0.5", "before_completion:0.5", None)
 KILLS = int(os.environ.get("LOCKSTEP_DRILL_KILLS", "6"))  # 2 per crash point; more: the variable
 RUNS = [CRASH_POINTS[i % len(CRASH_POINTS)] for i in range(KILLS)]
+TABLES = ["events", "per_key", "evens", "mean_seq"]
 PYTHON_TABLES = '''
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from spark_jobs.api import pipelines as dp
 
 
 @dp.materialized_view
-def evens(events: DataFrame) -> DataFrame:
+def evens(events: DataFrame) -> DataFrame:  # over a table that only grows: new rows appended
     return events.where("seq % 2 = 0")
+
+
+@dp.materialized_view
+def mean_seq(per_key: DataFrame) -> DataFrame:  # over a keyed table: the changed keys' rows replaced
+    return per_key.select("k", (F.col("total") / F.col("n")).alias("mean"))
 '''
 
 
@@ -114,7 +121,7 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
         proc = start(None)
         try:
             try:
-                state, b = wait_for_barrier(settings, ["events", "per_key", "evens"], feed.ends(), topic, timeout=420)
+                state, b = wait_for_barrier(settings, TABLES, feed.ends(), topic, timeout=420)
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; runs: {outcomes}\n{log.read_text()[-4000:]}") from None
         finally:
@@ -134,5 +141,7 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
     rows = {t: Counter((r["k"], r["seq"]) for r in at(spark, settings, t, state.exact_points(t)[b]).collect())
             for t in ("events", "evens")}
     assert rows["evens"] == Counter({row: n for row, n in rows["events"].items() if row[1] % 2 == 0})
-    for table in ("events", "per_key", "evens"):
+    per_key = {r["k"]: r["total"] / r["n"] for r in at(spark, settings, "per_key", state.exact_points("per_key")[b]).collect()}
+    assert {r["k"]: r["mean"] for r in at(spark, settings, "mean_seq", state.exact_points("mean_seq")[b]).collect()} == per_key
+    for table in TABLES:
         check_published_versions(spark, settings, state, table, b)

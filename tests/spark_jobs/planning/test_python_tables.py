@@ -50,7 +50,13 @@ def pages_of(spark, slow, users):
     assert "def pages_of(spark, slow, users)" in pipeline.derived[1].query  # its fingerprint: the code
     plan = plan_for(pipeline, pipeline.derived[0])
     assert not plan.incremental
-    assert "Python function slow (p.py:4) reads clicks, which may change" in explain_job(pipeline, pipeline.jobs[0])
+    assert "Python function slow (p.py:4) reads clicks, which has no key and may change" in explain_job(
+        pipeline, pipeline.jobs[0])
+    keyed = joined([parse_pipeline("CREATE TABLE clicks (id BIGINT, ms BIGINT) WITH ('source' = 'kafka:c', "
+                                   "'primary_key' = 'id');"), pipeline])
+    plan = plan_for(keyed, keyed.table("slow"))  # type: ignore[arg-type]
+    assert (plan.kind, plan.key) == (PlanKind.ROW_WISE, ("id",))
+    assert "replacing the rows of the keys (id) they change" in explain_job(keyed, keyed.jobs[1])
 
 
 def test_sql_and_python_files_make_one_pipeline(tmp_path: Path) -> None:

@@ -22,8 +22,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from coordinator.domain.work import BarrierWork
-from spark_jobs.planning.pipeline import parse_pipeline
-from spark_jobs.planning.plans import plan_query, shapes_of
+from spark_jobs.planning.pipeline import joined, load_pipeline, parse_pipeline
+from spark_jobs.planning.plans import PlanKind, plan_for, plan_query, shapes_of
 from spark_jobs.runtime import ivm
 from spark_jobs.runtime.commits import DeltaSink
 from spark_jobs.runtime.costs import CostChoice
@@ -139,22 +139,28 @@ class Root:
 
 def maintained_equal_their_queries(spark: SparkSession, warehouse: Path, rng: random.Random, roots: dict[str, Root],
                                    queries: dict[str, tuple[str, str]],
-                                   emptied: Callable[[int, str, Row], bool] = lambda b, t, r: False) -> None:
+                                   emptied: Callable[[int, str, Row], bool] = lambda b, t, r: False,
+                                   python: str = "") -> dict[str, TableMaintainer]:
     """Maintain ``queries`` (name -> SQL, the plan kind it must get) over randomly changed
     ``roots`` for four barriers: the first computed whole, the second's changes applied by a
     rewrite, the third a revision (a new generation: recomputed) after a restart, the fourth's
     changes MERGEd after another restart (from the revised table's commits). After each, every
     table must hold the rows of its query run by Spark over the same snapshots, as a multiset
     (table EXCEPT ALL query and query EXCEPT ALL table both empty). ``emptied(barrier, table,
-    row)`` deletes rows besides the random ones."""
+    row)`` deletes rows besides the random ones. ``python``: a Python pipeline file whose tables
+    replace the queries of the same names, which are then what their rows must equal. Returns
+    the maintainers as they ended."""
     sinks = {n: DeltaSink(spark, str(warehouse / n), f"ingest_{n}", r.ddl) for n, r in roots.items()}
     key = {n: (r.ddl.split()[0],) if r.keyed else () for n, r in roots.items()}
     options = {n: f"'source'='kafka:{n}'" + (f", 'primary_key'='{key[n][0]}'" if key[n] else "") for n in roots}
-    pipeline = parse_pipeline("\n".join(
+    functions = warehouse.parent / "functions.py"
+    functions.write_text(python)
+    in_python = {t.name for t in load_pipeline(functions).derived} if python else set()
+    pipeline = joined([parse_pipeline("\n".join(
         [f"CREATE TABLE {n} ({r.ddl}) WITH ({options[n]});" for n, r in roots.items()]
-        + [f"CREATE TABLE {n} AS {q};" for n, (q, _) in queries.items()]))
-    shapes = shapes_of(list(key.items()), [(t.name, t.query) for t in pipeline.derived])
-    plans = {t.name: plan_query(t.query, shapes) for t in pipeline.derived}
+        + [f"CREATE TABLE {n} AS {q};" for n, (q, _) in queries.items() if n not in in_python])),
+        *([load_pipeline(functions)] if python else [])])
+    plans = {t.name: plan_for(pipeline, t) for t in pipeline.derived}
     assert {n: str(p.kind) for n, p in plans.items()} == {n: kind for n, (_, kind) in queries.items()}
     completions = Completions()
 
@@ -218,6 +224,7 @@ def maintained_equal_their_queries(spark: SparkSession, warehouse: Path, rng: ra
             if have:
                 filled.add(name)
     assert filled == set(queries)  # every table held rows at some barrier: the comparisons compared something
+    return running
 
 
 BIDS = "bid_id BIGINT, auction BIGINT, bidder BIGINT, price DOUBLE, ts TIMESTAMP"
@@ -327,6 +334,83 @@ def test_nexmark_queries_equal_their_query_over_each_snapshot(spark: SparkSessio
     }, {name: (queries[name], kind) for name, kind in (
         ("q5", "groups"), ("q7", "groups"), ("q8", "groups"), ("q17", "aggregate"), ("q20", "groups"))})
     # (q9 is the joins' winning_bids; q18 and q19, Top-N per group, the grouped shapes' top_bids)
+
+
+FUNCTIONS = '''
+import pandas as pd
+from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf, udf
+from pyspark.sql.types import DoubleType, StringType
+
+from spark_jobs.api import pipelines as dp
+
+
+@udf(StringType())
+def label(note, amount):
+    if amount == 7:
+        raise ValueError("seven is unlucky")
+    return (note or "none").upper()
+
+
+@pandas_udf(DoubleType())
+def twice(price: pd.Series) -> pd.Series:
+    return price * 2
+
+
+@dp.materialized_view
+def labelled(orders):  # row-wise and keeps the key: each barrier replaces the rows of the keys that changed
+    return orders.where("price > 1.5").select("oid", "uid", label("note", "amount").alias("label"),
+                                              twice("price").alias("twice"))
+
+
+@dp.materialized_view
+def spread(orders):  # a generator: a key may have several rows, so recomputed
+    return orders.select("oid", F.explode(F.array("uid", "amount")).alias("x"))
+
+
+@dp.materialized_view
+def renumbered(orders):  # the key computed anew, not kept: recomputed
+    return orders.select((F.col("oid") + 0).alias("oid"), "amount")
+
+
+@dp.materialized_view
+def per_user(orders):  # an aggregate over the UDF's values: recomputed, its bad rows found in the whole table
+    return orders.withColumn("label", label("note", "amount")).groupBy("uid").agg(F.count("label").alias("n"))
+'''
+
+
+def test_python_tables_over_a_keyed_source_equal_their_function_over_each_snapshot(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A row-wise function that keeps its source's key is maintained from the changed rows, by
+    MERGE and by rewrite, under inserts, updates and deletes (rows moving in and out of its
+    filter); one that is not (a generator, a key computed anew) is recomputed. Rows the UDF raises
+    on are dead letters, also for a recomputed function of one source (kept once, though it is
+    recomputed at every barrier), and the rest of their barrier is committed."""
+    unlucky = "NOT amount <=> 7"  # the rows the UDF raises on
+    running = maintained_equal_their_queries(spark, tmp_path / "wh", random.Random(5), {
+        "orders": Root(ORDERS, 40, lambda r, k: (k, r.choice([1, 2, 3, None]), r.randrange(10), r.choice([1.5, 2.0, None]),
+                                                r.choice(["a", "b", None]))),
+    }, {
+        "labelled": ("SELECT oid, uid, UPPER(COALESCE(note, 'none')) AS label, price * 2 AS twice FROM orders "
+                     f"WHERE price > 1.5 AND {unlucky}", "row-wise"),
+        "spread": ("SELECT oid, x FROM orders LATERAL VIEW explode(array(uid, amount)) e AS x", "row-wise"),
+        "renumbered": ("SELECT oid + 0 AS oid, amount FROM orders", "row-wise"),
+        "per_user": (f"SELECT uid, COUNT(*) AS n FROM orders WHERE {unlucky} GROUP BY uid", "row-wise"),
+    }, python=FUNCTIONS)  # (a plan says row-wise for any function of one keyed source, until its job checks)
+    kinds = {name: (m.plan.kind, m.plan.reason) for name, m in running.items()}
+    assert kinds["labelled"][0] == PlanKind.ROW_WISE
+    assert kinds["spread"][0] == PlanKind.FULL_REFRESH and "generator" in kinds["spread"][1]
+    assert kinds["renumbered"][0] == PlanKind.FULL_REFRESH and "key (oid)" in kinds["renumbered"][1]
+    assert kinds["per_user"][0] == PlanKind.FULL_REFRESH and "Aggregate" in kinds["per_user"][1]
+    operations = [r["operation"] for r in DeltaTable.forPath(spark, str(tmp_path / "wh" / "labelled")).history().collect()]
+    assert "MERGE" in operations  # maintained from the changed rows
+    for table in ("labelled", "per_user"):
+        letters = [(r["row"], r["error"]) for r in spark.read.format("delta").load(str(tmp_path / "wh" / f"{table}__dlq"))
+                   .collect()]
+        assert letters and {error for _, error in letters} == {"ValueError: seven is unlucky"}, table
+        assert all('"amount": 7' in row for row, _ in letters), table
+        if table == "per_user":  # a row kept once, however often its table was recomputed
+            assert len(set(letters)) == len(letters)
 
 
 def test_a_table_kept_by_key_is_written_in_key_order_and_a_merge_of_new_keys_opens_only_their_files(

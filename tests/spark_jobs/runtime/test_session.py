@@ -35,6 +35,19 @@ def test_session_has_delta_small_machine_defaults_and_cached_jars(spark: SparkSe
     assert worker_python == sys.executable
 
 
+@pytest.mark.integration
+def test_a_python_udf_reads_a_delta_table(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark 4.2.0 feeds a UDF from a columnar scan in a message its worker misreads (crash or
+    hang; SPARK-58241): the session turns that path off."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    spark.range(50).selectExpr("id", "id % 3 AS g").write.format("delta").save(str(tmp_path / "t"))
+    label = F.udf(lambda x: f"#{x}", StringType())
+    rows = spark.read.format("delta").load(str(tmp_path / "t")).select("g", label("id").alias("l")).groupBy("g").count()
+    assert sorted(tuple(r) for r in rows.collect()) == [(0, 17), (1, 17), (2, 16)]
+
+
 def test_a_spark_error_is_told_in_one_line_naming_what_the_jvm_said(spark: SparkSession) -> None:
     from py4j.protocol import Py4JJavaError
 
