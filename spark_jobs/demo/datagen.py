@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.client.topics import create_topics
-from coordinator.domain.errors import LockstepError, UsageError
+from coordinator.domain.errors import LockstepError, Unreachable, UsageError
 from coordinator.settings import Settings
 
 # (random source, produce time in epoch ms) -> (record key, record), or (record key, record,
@@ -67,9 +67,13 @@ def purchases(users: int = 100, items: int = 20) -> RecordMaker:
 
 def ensure_topic(settings: Settings, topic: str, partitions: int) -> bool:
     """Create ``topic`` if it does not exist; True if this call created it."""
-    admin = AdminClient(settings.kafka_config())
-    if topic in admin.list_topics(timeout=10).topics:
-        return False
+    admin = AdminClient(settings.kafka_config({"log_level": 0}))  # (its failure is the message below)
+    try:
+        if topic in admin.list_topics(timeout=10).topics:
+            return False
+    except KafkaException as exc:
+        raise Unreachable(f"cannot list the topics on {settings.bootstrap} ({exc}); is the broker up "
+                          "(lockstep dev up, or LOCKSTEP_BOOTSTRAP)?") from exc
     return bool(create_topics(admin, [NewTopic(topic, partitions, settings.replication_factor)]))
 
 

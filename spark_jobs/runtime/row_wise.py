@@ -39,10 +39,13 @@ ROW_ID = "__lockstep_row"
 BAD_ROWS_LIMIT = 100  # more failing rows in one barrier than this: the function is wrong, not the rows
 
 ROW_WISE_NODES = frozenset({"Project", "Filter", "Generate", "SubqueryAlias"})
-# Spark's loggers of a failed task: each probe of the bad-row search that fails logs an ERROR
-# with the Python traceback, tens of them per bad row, for failures that are expected
+# Spark's loggers of a failed task and of the aborted (noop) write: each probe of the bad-row
+# search that fails logs ERRORs with the Python traceback, tens per bad row, for failures that
+# are expected
 TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
-                        "org.apache.spark.api.python.PythonRunner")
+                        "org.apache.spark.api.python.PythonRunner", "org.apache.spark.util.Utils",
+                        "org.apache.spark.sql.execution.datasources.v2.OverwriteByExpressionExec",
+                        "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask")
 
 
 def _nodes(plan: Any) -> list[Any]:

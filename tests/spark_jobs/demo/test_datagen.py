@@ -72,6 +72,15 @@ def test_datagen_lines_sends_each_json_line_keyed_and_a_bad_line_sends_nothing(
     assert refused not in AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
 
 
+def test_datagen_lines_without_a_broker_says_so_in_one_line(coordinator_env: dict[str, str]) -> None:
+    env = {**coordinator_env, "LOCKSTEP_BOOTSTRAP": "127.0.0.1:1"}  # nothing listens there
+    done = CliRunner().invoke(cli, ["datagen", "lines", "clicks"], input='{"user": "ann"}\n', env=env,
+                              prog_name="lockstep")
+    assert done.exit_code == 3, done.output
+    assert "error: cannot list the topics on 127.0.0.1:1" in done.output and "is the broker up" in done.output
+    assert "Traceback" not in done.output
+
+
 def test_datagen_nexmark_makes_people_auctions_and_bids_that_name_what_came_before(
         lockstep_cli: Callable, read_topic: Callable) -> None:
     prefix = f"nx{uuid.uuid4().hex[:8]}"
