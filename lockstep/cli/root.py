@@ -34,10 +34,17 @@ EXIT_CODES = {
 # commands that never reach Kafka (acls only with --apply, and then checks): a malformed
 # LOCKSTEP_BOOTSTRAP or LOCKSTEP_KAFKA_* must not stop them; every other command is refused at once
 WITHOUT_KAFKA = frozenset(command.name for command in (explain, acls, topology, delays))
+ASKS_HELP = "lockstep.asks_help"  # (ctx.meta) a subcommand's --help: nothing of Kafka is needed
 
 
 class LockstepGroup(click.Group):
     """The root group: the one place where errors become messages and exit codes."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        """Also note whether the rest of the line asks for help, which needs no Kafka settings."""
+        rest = args[1:args.index("--")] if "--" in args else args[1:]
+        ctx.meta[ASKS_HELP] = any(a in ctx.help_option_names for a in rest)
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -65,7 +72,8 @@ def cli(ctx: click.Context) -> None:
     LOCKSTEP_COORDINATOR_URL, and LOCKSTEP_KAFKA_* for Kafka client settings.
     """
     settings = Settings.from_env(kafka=False)
-    ctx.obj = settings if ctx.invoked_subcommand in WITHOUT_KAFKA else settings.check_kafka()
+    without_kafka = ctx.invoked_subcommand in WITHOUT_KAFKA or ctx.meta.get(ASKS_HELP, False)
+    ctx.obj = settings if without_kafka else settings.check_kafka()
 
 
 for command in (dev, worker, acls, demo, datagen, run, stop_job, revise, drop, explain, query, vacuum, topology, delays, barriers,

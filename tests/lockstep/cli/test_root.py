@@ -74,10 +74,12 @@ def test_a_bad_setting_is_a_usage_error_naming_the_variable(args: tuple[str, ...
 @pytest.mark.parametrize(("args", "code", "says"), [
     (("explain", str(ROOT / "pipelines" / "shopping.sql")), 0, "ingest_shopping -> shopping"),
     (("explain", "--help"), 0, "PIPELINE_FILE"),
+    (("run", "--help"), 0, "PIPELINE_FILES"),  # help is never refused for settings it does not use
+    (("datagen", "lines", "-h"), 0, "TOPIC"),
     (("acls", "job", "User:etl", "--data-topic", "orders"), 0, "orders"),
     (("topology",), 3, "coordinator not reachable"),  # past the settings: only the coordinator is missing
     (("delays",), 3, "coordinator not reachable"),
-], ids=["explain", "explain --help", "acls", "topology", "delays"])
+], ids=["explain", "explain --help", "run --help", "datagen lines -h", "acls", "topology", "delays"])
 def test_commands_that_never_reach_kafka_ignore_its_settings(args: tuple[str, ...], code: int, says: str) -> None:
     env = {"LOCKSTEP_BOOTSTRAP": "nonsense", "LOCKSTEP_KAFKA_SECURITY_PROTOCOL": "bogus",
            "LOCKSTEP_COORDINATOR_URL": f"http://127.0.0.1:{free_port()}"}
