@@ -155,11 +155,11 @@ def maintained_equal_their_queries(spark: SparkSession, warehouse: Path, rng: ra
     options = {n: f"'source'='kafka:{n}'" + (f", 'primary_key'='{key[n][0]}'" if key[n] else "") for n in roots}
     functions = warehouse.parent / "functions.py"
     functions.write_text(python)
-    in_python = {t.name for t in load_pipeline(functions).derived} if python else set()
+    in_python = [load_pipeline(functions)] if python else []
+    defined = {t.name for p in in_python for t in p.derived}
     pipeline = joined([parse_pipeline("\n".join(
         [f"CREATE TABLE {n} ({r.ddl}) WITH ({options[n]});" for n, r in roots.items()]
-        + [f"CREATE TABLE {n} AS {q};" for n, (q, _) in queries.items() if n not in in_python])),
-        *([load_pipeline(functions)] if python else [])])
+        + [f"CREATE TABLE {n} AS {q};" for n, (q, _) in queries.items() if n not in defined])), *in_python])
     plans = {t.name: plan_for(pipeline, t) for t in pipeline.derived}
     assert {n: str(p.kind) for n, p in plans.items()} == {n: kind for n, (_, kind) in queries.items()}
     completions = Completions()
