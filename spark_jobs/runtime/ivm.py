@@ -190,9 +190,13 @@ class TableMaintainer:
         sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
         return feed.withColumn(WEIGHT, sign).drop(*CDF_COLUMNS), False
 
+    def _snapshots(self, work: BarrierWork) -> dict[str, DataFrame]:
+        """Each source at its exact-point version for the barrier."""
+        return {s: self.snapshot(s, v) for s, v in work.source_versions.items()}
+
     def _bind_snapshots(self, work: BarrierWork) -> None:
         """Bind each source to its exact-point version for the barrier."""
-        self._bind({s: self.snapshot(s, v) for s, v in work.source_versions.items()})
+        self._bind(self._snapshots(work))
 
     def _bind(self, frames: dict[str, DataFrame]) -> None:
         """Name each source in this job's own session (temp views), for the query to read."""
@@ -267,26 +271,19 @@ class TableMaintainer:
         """Compute the whole table from the sources' snapshots at the barrier and overwrite it
         (one Spark job; its rows are counted on the way)."""
         if self.table.python is not None:
-            frames = {s: self.snapshot(s, v) for s, v in work.source_versions.items()}
+            frames = self._snapshots(work)
             if len(frames) > 1:  # no one input to find the rows it raises on in
-                return self._write_function(work, frames, "overwrite")
+                return self._write_result(work, lambda: self._call(frames), "overwrite")
             ((source, rows),) = frames.items()
-            return self._despite_bad_rows(work, source, rows,
-                                          lambda good: self._write_function(work, {source: good}, "overwrite"), whole=True)
-        with self.watch.phase("plan"):
+            return self._despite_bad_rows(
+                work, source, rows, lambda good: self._write_result(work, lambda: self._call({source: good}), "overwrite"),
+                whole=True)
+
+        def result() -> DataFrame:
             self._bind_snapshots(work)
-            result = self._numbered(self.spark.sql(self.plan.full_query or self.plan.query))
-            self.schema = result.schema
-            observation = self._observation(work)
-            counted = result.observe(observation, F.count(F.lit(1)).alias("rows"))
-        path = self.sink.path
-        version = self.sink.commit(
-            work.barrier, work.generation,
-            lambda: self._clustered(counted).mode("overwrite").option("overwriteSchema", "true").save(path),
-            work.source_versions, self.query_id, self.watch, self._costs(),
-        )
-        rows = int(observation.get["rows"]) if self.sink.written else 0
-        return version, (rows, rows, 0)
+            return self._numbered(self.spark.sql(self.plan.full_query or self.plan.query))
+
+        return self._write_result(work, result, "overwrite")
 
     def _call(self, frames: dict[str, DataFrame]) -> DataFrame:
         """A Python table's function over ``frames`` (source name -> its rows, without the
@@ -305,7 +302,7 @@ class TableMaintainer:
     def _check_row_wise(self, work: BarrierWork) -> None:
         """Keep a ROW_WISE plan only for a function that is row-wise (its analyzed plan, no action);
         else the table is recomputed at every barrier, and the log says why."""
-        result = self._call({s: self.snapshot(s, v) for s, v in work.source_versions.items()})
+        result = self._call(self._snapshots(work))
         problem = row_wise_problem(result)
         if problem is None and self.plan.key is not None:
             problem = key_problem(result, self.plan.sources[0], [str(k) for k in self.plan.key])
@@ -331,7 +328,8 @@ class TableMaintainer:
                         "recomputed from all its rows", self.table.name, source, work.barrier)
         mode = "overwrite" if rows is None else "append"
         return self._despite_bad_rows(work, source, self.snapshot(source, new) if rows is None else rows,
-                                      lambda good: self._write_function(work, {source: good}, mode), whole=rows is None)
+                                      lambda good: self._write_result(work, lambda: self._call({source: good}), mode),
+                                      whole=rows is None)
 
     def _grown(self, source: str, old: int, new: int) -> DataFrame | None:
         """The rows versions ``(old, new]`` of ``source`` added, or None if they also changed or
@@ -383,20 +381,22 @@ class TableMaintainer:
             self._dead_letters(letters, work, whole)
         return attempt(good)
 
-    def _write_function(self, work: BarrierWork, frames: dict[str, DataFrame], mode: str) -> tuple[int, tuple[int, int, int]]:
-        """Commit the function over ``frames``: appended, or overwriting the table."""
+    def _write_result(self, work: BarrierWork, result: Callable[[], DataFrame],
+                      mode: str) -> tuple[int, tuple[int, int, int]]:
+        """Commit the rows ``result`` makes (in the barrier's plan phase), appended, or overwriting
+        the table (in key order, its schema replaced): one Spark job, which counts them on the way."""
         with self.watch.phase("plan"):
-            result = self._call(frames)
-            self.schema = result.schema
+            frame = result()
+            self.schema = frame.schema
             observation = self._observation(work)
-            counted = result.observe(observation, F.count(F.lit(1)).alias("changed"))
+            counted = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
         path = self.sink.path
         writer = self._clustered(counted).option("overwriteSchema", "true") if mode == "overwrite" \
             else counted.write.format("delta")
         version = self.sink.commit(work.barrier, work.generation, lambda: writer.mode(mode).save(path),
                                    work.source_versions, self.query_id, self.watch, self._costs())
-        changed = int(observation.get["changed"]) if self.sink.written else 0
-        return version, (changed, changed, 0)
+        rows = int(observation.get["rows"]) if self.sink.written else 0
+        return version, (rows, rows, 0)
 
     def _dead_letters(self, letters: list[tuple[str, str]], work: BarrierWork, whole: bool) -> None:
         """The input rows the function raised on, each with the error, in ``<table>__dlq`` (one
