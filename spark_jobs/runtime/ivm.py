@@ -701,8 +701,10 @@ class TableMaintainer:
         """``kept`` groups, with those marked ``_recompute`` computed again from the sources'
         snapshots at the barrier (only when MIN/MAX/COUNT(DISTINCT) may need it)."""
         columns = [*self._columns(), "_changed"]
-        if self.plan.inserts_only or not any(a.func in ("min", "max", "count_distinct") for a in self.plan.aggregates):
-            return kept.select(*columns)  # no extreme value can be lost and nothing is distinct-counted
+        funcs = {a.func for a in self.plan.aggregates}
+        # new rows alone lose no extreme value, but they may bring a new distinct one
+        if "count_distinct" not in funcs and (self.plan.inserts_only or not funcs & {"min", "max"}):
+            return kept.select(*columns)
         kept = self._keep(kept)
         key = self._key()
         redo = kept.where(F.col("_recompute")).select(*key)

@@ -305,6 +305,15 @@ def test_joins_equal_their_query_over_each_snapshot(spark: SparkSession, tmp_pat
     })
 
 
+def test_distinct_counts_over_a_table_that_only_grows_count_each_new_value(spark: SparkSession, tmp_path: Path) -> None:
+    """A new row can add a distinct value to its group even where it can lose no extreme value:
+    COUNT(DISTINCT) over an append-only source is recomputed for the changed groups."""
+    maintained_equal_their_queries(spark, tmp_path / "wh", random.Random(5), {
+        "bids": Root(BIDS, 0, bid, changes=20, keyed=False),
+    }, {"bidders": ("SELECT auction, COUNT(DISTINCT bidder) AS bidders, MIN(price) AS low, MAX(price) AS high, "
+                    "COUNT(*) AS n FROM bids GROUP BY auction", "aggregate")})
+
+
 NEXMARK = Path(__file__).parents[3] / "pipelines" / "nexmark.sql"
 
 
