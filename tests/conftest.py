@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from coordinator.client.topics import create_topics
 from coordinator.dev.broker import LocalBroker, free_port
+from coordinator.dev.s3 import LocalS3
 from coordinator.settings import Settings
 from tests.support import ROOT
 
@@ -146,6 +147,17 @@ def spark(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
     session = build_session("lockstep-tests", settings=settings, object_store=True)  # s3a:// tests share it
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def local_s3(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
+    """A real S3-API server (s3proxy, as ``lockstep dev up --s3`` runs it) with the bucket ``lake``."""
+    s3 = LocalS3(tmp_path_factory.mktemp("s3"), base_settings.jars / "s3proxy", free_port(), buckets=("lake",))
+    s3.up()
+    try:
+        yield s3
+    finally:
+        s3.down()
 
 
 @pytest.fixture

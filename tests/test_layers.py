@@ -1,4 +1,4 @@
-"""Imports run downward only: domain <- codec <- client <- {worker, data plane} <- lockstep (the CLI).
+"""Imports run downward only: domain <- codec <- client <- {worker, light reads, data plane} <- lockstep (the CLI).
 
 Each package may import only the layers below it (and itself); the domain imports nothing but
 the standard library; no two modules import each other, directly or around a circle. Imports
@@ -30,16 +30,19 @@ ALLOWED: dict[str, tuple[str, ...] | None] = {
     "coordinator.stream": ("coordinator.domain", "coordinator.codec", "coordinator.client", "coordinator.columns", *BASE),
     "coordinator.dev": ("coordinator.domain.errors", "coordinator.client", *BASE),
     "coordinator.replay": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),
+    # consistent reads without Spark (delta-rs, DataFusion): the light path and its Postgres-wire server
+    "lockstep_reads": ("coordinator.domain", "coordinator.client", *BASE),
     "spark_jobs": (),  # the package's docstring only
     # the data plane, by audience: planning <- runtime <- ops <- api <- demo
     "spark_jobs.planning": ("coordinator.domain", "coordinator.columns", "coordinator.spark_sql"),
     "spark_jobs.runtime": (*DATA_PLANE_BASE, "spark_jobs.planning"),
     "spark_jobs.ops": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime"),
     "spark_jobs.api": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime", "spark_jobs.ops"),
-    "spark_jobs.demo": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime", "spark_jobs.ops", "spark_jobs.api"),
-    "lockstep": ("coordinator", "spark_jobs"),  # the composition root: it may import every layer
+    "spark_jobs.demo": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime", "spark_jobs.ops", "spark_jobs.api",
+                        "lockstep_reads"),  # the demo's readers: light by default, Spark to compare
+    "lockstep": ("coordinator", "spark_jobs", "lockstep_reads"),  # the composition root: it may import every layer
 }
-OURS = ("coordinator", "spark_jobs", "lockstep", "bench", "tests")
+OURS = ("coordinator", "spark_jobs", "lockstep", "lockstep_reads", "bench", "tests")
 
 
 def module_name(path: Path) -> str:
@@ -67,7 +70,8 @@ def layer_of(module: str) -> str | None:
 
 
 def sources() -> list[Path]:
-    return sorted(path for package in ("coordinator", "spark_jobs", "lockstep") for path in ROOT.glob(f"{package}/**/*.py"))
+    packages = ("coordinator", "spark_jobs", "lockstep", "lockstep_reads")
+    return sorted(path for package in packages for path in ROOT.glob(f"{package}/**/*.py"))
 
 
 @pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(ROOT)))

@@ -15,6 +15,10 @@ from enum import StrEnum
 from coordinator.domain.errors import Rejected, check_known
 from coordinator.domain.state import MetaState
 
+# Columns whose names start with this are a table's bookkeeping (an aggregate's sums and counts
+# behind AVG, a group's row count): kept in the Delta table, never shown to a reader.
+HIDDEN = "__lockstep_"
+
 
 class ReadLevel(StrEnum):
     """How a reader picks table versions (docs/reads.md); members compare equal to their names."""

@@ -256,7 +256,7 @@ def create_app(settings: Settings) -> LockstepApp:
             snap = await under_lock(lambda c: resolve_snapshot(c.state, names, level, as_of_barrier, as_of_timestamp))
         except Rejected as exc:
             return web.json({"error": str(exc)}, status=400)
-        return web.json(asdict(snap))
+        return web.json(views.snapshot(snap, settings))
 
     @app.page("/delays")
     async def delays_view(web: View, request: Request) -> Response:

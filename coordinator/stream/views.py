@@ -8,6 +8,8 @@ from coordinator.columns import column_sources, ddl_columns
 from coordinator.domain import MetaState
 from coordinator.domain.delays import delay_report
 from coordinator.domain.records import to_record
+from coordinator.domain.snapshot import Snapshot
+from coordinator.settings import Settings
 
 
 def topology(state: MetaState, now_ms: int, liveness_ms: int) -> dict[str, Any]:
@@ -25,6 +27,24 @@ def topology(state: MetaState, now_ms: int, liveness_ms: int) -> dict[str, Any]:
         },
         "edges": [list(e) for e in state.edges()],
     }
+
+
+def snapshot(snap: Snapshot, settings: Settings) -> dict[str, Any]:
+    """A read's barrier and versions, and where each table lives, so any engine that reads
+    Delta at a version (delta-rs, DuckDB, polars, Spark) can do the rest. For an object-store
+    warehouse, ``storage`` says how to reach it (never credentials: each reader has its own);
+    engines other than Spark's Hadoop name ``s3a://`` locations ``s3://``.
+
+    >>> snapshot(Snapshot(3, {"a": 7}, 1000), Settings(warehouse="s3a://lake/wh"))["locations"]
+    {'a': 's3a://lake/wh/a'}
+    """
+    body: dict[str, Any] = {"barrier": snap.barrier, "versions": snap.versions, "data_ts_ms": snap.data_ts_ms,
+                            "locations": {name: settings.table_location(name) for name in snap.versions}}
+    if str(settings.warehouse).startswith("s3a://"):
+        endpoint = settings.s3.endpoint
+        body["storage"] = {"s3": {"endpoint": endpoint, "region": "us-east-1" if endpoint else None,
+                                  "url_style": "path" if endpoint else "vhost"}}
+    return body
 
 
 def _fused_with(state: MetaState, job_id: str, sink: str) -> str:

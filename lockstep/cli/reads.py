@@ -6,7 +6,6 @@ import csv
 import dataclasses
 import json
 import sys
-from typing import Any
 
 import click
 from rich.console import Console
@@ -35,9 +34,12 @@ class QueryError(LockstepError):
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
               help="table for people; json (a JSON object per row, JSON Lines) or csv for scripts")
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(1), help="At most this many rows.")
+@click.option("--engine", type=click.Choice(["light", "spark"]), default="light", show_default=True,
+              help="light: delta-rs and DataFusion in this process, PostgreSQL's SQL dialect, milliseconds; "
+                   "spark: a Spark session, Spark SQL, seconds to start (docs/reads.md: dialects)")
 @click.pass_obj
 def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | None, as_of_timestamp: str | None,
-          fmt: str, limit: int) -> None:
+          fmt: str, limit: int, engine: str) -> None:
     """Run SQL over the tables at one consistent barrier.
 
     The result goes to stdout; the barrier and the version of each table read go to stderr.
@@ -48,15 +50,35 @@ def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | N
     lockstep query "SELECT * FROM user_item_amount ORDER BY total_amount DESC LIMIT 5"
     lockstep query "SELECT COUNT(*) FROM shopping" --as-of-barrier 120 --format csv
     """
-    from sqlglot.errors import ParseError
-
-    from spark_jobs.api.lineage import register_lineage_views
-    from spark_jobs.api.reads import referenced_tables
-    from spark_jobs.runtime.session import build_session, spark_error
-
     if as_of_barrier is not None and as_of_timestamp is not None:
         raise click.UsageError("give --as-of-barrier or --as-of-timestamp, not both")
     at_ms = parse_when(as_of_timestamp) if as_of_timestamp else None
+    if engine == "spark":
+        columns, rows = _spark_query(settings, sql, consistency, as_of_barrier, at_ms, limit)
+    else:
+        from lockstep_reads import query as light_query
+
+        result = light_query(sql, consistency, as_of_barrier, at_ms, settings, limit=limit)
+        if result.versions:
+            _say_read(result.barrier, result.versions)
+        columns, rows = result.table.column_names, [tuple(r.values()) for r in result.table.to_pylist()]
+    _print_rows(columns, rows, fmt)
+
+
+def _say_read(barrier: int | None, versions: dict[str, int | None]) -> None:
+    click.echo(f"barrier {barrier if barrier is not None else '(latest versions)'}; versions "
+               + ", ".join(f"{t}={v if v is not None else 'latest'}" for t, v in versions.items()), err=True)
+
+
+def _spark_query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | None, at_ms: int | None,
+                 limit: int) -> tuple[list[str], list[tuple]]:
+    """The query through a Spark session of its own (Spark SQL)."""
+    from sqlglot.errors import ParseError
+
+    from spark_jobs.api.lineage import register_lineage_views
+    from spark_jobs.api.reads import open_snapshot, referenced_tables
+    from spark_jobs.runtime.session import build_session, spark_error
+
     try:
         tables = referenced_tables(sql)
     except ParseError as exc:
@@ -68,25 +90,15 @@ def query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | N
         if not tables:  # only lineage tables: nothing to pin to a barrier
             register_lineage_views(spark, settings)
             frame = spark.sql(sql)
-            columns, rows = frame.columns, [tuple(r) for r in frame.limit(limit).collect()]
-        else:
-            columns, rows = _snapshot_query(spark, settings, sql, tables, consistency, as_of_barrier, at_ms, limit)
+            return frame.columns, [tuple(r) for r in frame.limit(limit).collect()]
+        with open_snapshot(spark, tables, consistency, as_of_barrier, at_ms, settings) as snap:
+            _say_read(snap.barrier, snap.versions)
+            frame = snap.sql(sql)
+            return frame.columns, [tuple(r) for r in frame.limit(limit).collect()]
     except LockstepError:
         raise
     except Exception as exc:  # noqa: BLE001 - Spark analysis errors (unknown column, ...) are the user's to fix
         raise QueryError(spark_error(exc)) from exc
-    _print_rows(columns, rows, fmt)
-
-
-def _snapshot_query(spark: Any, settings: Settings, sql: str, tables: list[str], consistency: str,
-                    as_of_barrier: int | None, as_of_timestamp: int | None, limit: int) -> tuple[list[str], list[tuple]]:
-    from spark_jobs.api.reads import open_snapshot
-
-    with open_snapshot(spark, tables, consistency, as_of_barrier, as_of_timestamp, settings) as snap:
-        click.echo(f"barrier {snap.barrier if snap.barrier is not None else '(latest versions)'}; versions "
-                   + ", ".join(f"{t}={v if v is not None else 'latest'}" for t, v in snap.versions.items()), err=True)
-        frame = snap.sql(sql)
-        return frame.columns, [tuple(r) for r in frame.limit(limit).collect()]
 
 
 def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:

@@ -20,9 +20,10 @@ from pyspark.sql import DataFrame, SparkSession
 from coordinator.client.clock import now_ms
 from coordinator.client.state import read_state
 from coordinator.domain import MetaState
+from coordinator.domain.lineage import LINEAGE_TABLES, lineage_rows
 from coordinator.settings import Settings
 
-META_TABLES = ("__meta_etl_source", "__meta_etl_sink", "__meta_table_version")
+META_TABLES = LINEAGE_TABLES
 
 
 def is_meta_table(name: str) -> bool:
@@ -30,27 +31,14 @@ def is_meta_table(name: str) -> bool:
 
 
 def lineage_frames(spark: SparkSession, state: MetaState, liveness_ms: int | None = None) -> dict[str, DataFrame]:
-    """The three lineage tables of ``state`` (every job with its status, so a stopped job's
-    lineage stays visible, and STALLED for a running one silent past ``liveness_ms``; exact
-    points that still count)."""
-    jobs = sorted(state.jobs.values(), key=lambda j: j.job_id)
-    now = now_ms()
-    status = {j.job_id: str(j.status) if liveness_ms is None else state.status_of(j, now, liveness_ms) for j in jobs}
-    sources = [(j.job_id, s, status[j.job_id]) for j in jobs for s in j.sources]
-    sources += [(j.job_id, f"kafka:{t}", status[j.job_id]) for j in jobs for t in j.external_topics]
-    versions = [
-        (c.table, c.barrier, c.delta_version, c.generation, datetime.fromtimestamp(c.committed_at_ms / 1000, UTC))
-        for table, by_barrier in sorted(state.completions.items())
-        for _, c in sorted(by_barrier.items())
-        if state.counts(c)
-    ]
-    return {
-        "__meta_etl_source": spark.createDataFrame(sources, "job_id STRING, table_name STRING, status STRING"),
-        "__meta_etl_sink": spark.createDataFrame([(j.job_id, j.sink, status[j.job_id]) for j in jobs],
-                                                 "job_id STRING, table_name STRING, status STRING"),
-        "__meta_table_version": spark.createDataFrame(
-            versions, "table_name STRING, barrier BIGINT, version BIGINT, generation BIGINT, committed_at TIMESTAMP"),
-    }
+    """The three lineage tables of ``state`` as DataFrames (``coordinator.domain.lineage``)."""
+    frames = {}
+    for name, table in lineage_rows(state, now_ms(), liveness_ms).items():
+        at = [i for i, (_, kind) in enumerate(table.columns) if kind == "TIMESTAMP"]
+        rows = [tuple(datetime.fromtimestamp(v / 1000, UTC) if i in at else v for i, v in enumerate(row))
+                for row in table.rows]
+        frames[name] = spark.createDataFrame(rows, ", ".join(f"{column} {kind}" for column, kind in table.columns))
+    return frames
 
 
 def register_lineage_views(spark: SparkSession, settings: Settings | None = None) -> list[str]:

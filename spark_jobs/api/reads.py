@@ -21,61 +21,27 @@ what it reads.
 
 from __future__ import annotations
 
-import getpass
-import logging
-import os
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
-from urllib.parse import urlencode
 
 import sqlglot
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
-from coordinator.client.commands import CommandClient, new_request_id
-from coordinator.client.rest import get_json
-from coordinator.domain import AcquireLease, ReleaseLease
-from coordinator.domain.errors import LockstepError, Unreachable
-from coordinator.domain.snapshot import ReadLevel
+from coordinator.client.snapshots import CoordinatorUnreachable, Lease, SnapshotError, close_clients, pin, takes_lease
+from coordinator.domain.snapshot import HIDDEN, ReadLevel
 from coordinator.settings import Settings
 from coordinator.spark_sql import SPARK
 from spark_jobs.api.lineage import is_meta_table, register_lineage_views
 from spark_jobs.planning.pipeline import tables_read
-from spark_jobs.planning.plans import HIDDEN
 from spark_jobs.runtime.delta_log import latest_version, read_version
 from spark_jobs.runtime.session import spark_error
 
-log = logging.getLogger(__name__)
-_clients: dict[tuple[str, str], CommandClient] = {}
-
-
-def _client(settings: Settings) -> CommandClient:
-    """One command client per coordinator for this process: leases of many snapshots share it."""
-    key = (settings.bootstrap, settings.topic_prefix)
-    if key not in _clients:
-        _clients[key] = CommandClient(settings)
-    return _clients[key]
-
-
-def close_clients() -> None:
-    """Close the command clients snapshots opened (before the broker they talk to goes away)."""
-    while _clients:
-        _clients.popitem()[1].close()
-
-
-class SnapshotError(LockstepError):
-    """A consistent read is not possible; the message says why and what to do."""
-
-
-class CoordinatorUnreachable(SnapshotError, Unreachable):
-    """The coordinator did not answer; the message names its URL."""
+__all__ = ["ConsistentSnapshot", "CoordinatorUnreachable", "SnapshotError", "close_clients", "open_snapshot",
+           "referenced_tables"]
 
 
 def referenced_tables(query: str) -> list[str]:
@@ -97,23 +63,17 @@ class ConsistentSnapshot:
     barrier: int | None
     versions: dict[str, int | None]
     data_ts_ms: int | None = None  # when the barrier read was announced: now - data_ts_ms is its staleness
-    lease_id: str | None = None
-    lease_ttl_ms: int = 30_000
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _renewer: threading.Thread | None = None
+    lease: Lease | None = None
     _lineage: bool = False
-    _held_until: float = float("inf")  # monotonic time the lease surely holds until (repeatable-read)
-    _renewal_error: str = ""
+
+    @property
+    def lease_id(self) -> str | None:
+        return self.lease.lease_id if self.lease is not None else None
 
     def check_lease(self) -> None:
         """Raise ``SnapshotError`` if this snapshot's lease has lapsed (see the module)."""
-        if self.lease_id is None or time.monotonic() <= self._held_until:
-            return
-        why = f"its renewals failed: {self._renewal_error}" if self._renewal_error else "it was not renewed in time"
-        raise SnapshotError(
-            f"the repeatable-read lease {self.lease_id} on barrier {self.barrier} lapsed "
-            f"{time.monotonic() - self._held_until:.0f} s ago ({why}); vacuum may have deleted files this snapshot "
-            "reads: open a new snapshot")
+        if self.lease is not None:
+            self.lease.check()
 
     def table(self, name: str) -> DataFrame:
         """The table at this snapshot's version (``read-uncommitted``: its latest version)."""
@@ -164,39 +124,10 @@ class ConsistentSnapshot:
             node.replace(exp.Table(this=exp.to_identifier(views[name]), alias=exp.TableAlias(this=exp.to_identifier(alias))))
         return self.spark.sql(tree.sql(dialect=SPARK))
 
-    def _renew(self) -> None:
-        """Renew every third of the ttl until closed or lapsed (a renewal that comes too late
-        protects nothing: vacuum may have run in between)."""
-        while not self._stop.wait(self.lease_ttl_ms / 3000) and time.monotonic() <= self._held_until:
-            try:
-                self._acquire()
-            except Exception as exc:  # noqa: BLE001 - a missed renewal is retried; the lease has 3x slack
-                self._renewal_error = str(exc).splitlines()[0]
-
-    def _acquire(self) -> None:
-        """Take or renew the lease; only an answer that comes while it still holds extends it."""
-        assert self.lease_id is not None and self.barrier is not None
-        holder = f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}"
-        sent = time.monotonic()
-        outcome = _client(self.settings).emit(AcquireLease(new_request_id(), self.lease_id, holder, tuple(self.versions),
-                                                   self.barrier, self.lease_ttl_ms),
-                                              timeout=max(self.lease_ttl_ms / 3000, 1.0))
-        if not outcome.accepted:
-            raise SnapshotError(f"the coordinator refused the lease: {outcome.reason}")
-        if time.monotonic() <= self._held_until:
-            self._held_until = sent + self.lease_ttl_ms / 1000
-
     def close(self) -> None:
         """Release the lease (repeatable-read); the snapshot's DataFrames stay usable until vacuum."""
-        self._stop.set()
-        if self._renewer is not None:
-            self._renewer.join(10)
-        if self.lease_id is not None:
-            try:
-                _client(self.settings).emit(ReleaseLease(new_request_id(), self.lease_id), timeout=5)
-            except LockstepError as exc:  # it expires on its own after its ttl
-                log.warning("could not release lease %s (it expires by itself): %s", self.lease_id, exc)
-            self.lease_id = None
+        if self.lease is not None:
+            self.lease.close()
 
     def __enter__(self) -> ConsistentSnapshot:
         return self
@@ -221,25 +152,6 @@ def open_snapshot(
     unreachable coordinator (naming its URL).
     """
     settings = settings or Settings.from_env()
-    if consistency not in tuple(ReadLevel):
-        raise SnapshotError(f"unknown consistency {consistency!r}: use one of {', '.join(ReadLevel)}")
-    try:
-        names = list(tables) if tables is not None else list(get_json(settings, "/topology")["tables"])
-        query: dict[str, Any] = {"tables": ",".join(names), "level": consistency}
-        if as_of_barrier is not None:
-            query["as_of_barrier"] = as_of_barrier
-        if as_of_timestamp is not None:
-            query["as_of_timestamp"] = as_of_timestamp
-        answer = get_json(settings, f"/snapshot?{urlencode(query)}")
-    except Unreachable as exc:
-        raise CoordinatorUnreachable(str(exc)) from exc
-    if "error" in answer:
-        raise SnapshotError(answer["error"])
-    snapshot = ConsistentSnapshot(spark, settings, consistency, answer["barrier"], answer["versions"],
-                                  answer.get("data_ts_ms"), lease_ttl_ms=lease_ttl_ms)
-    if consistency == ReadLevel.REPEATABLE_READ and as_of_barrier is None and as_of_timestamp is None:
-        snapshot.lease_id = f"rr-{uuid.uuid4().hex[:12]}"
-        snapshot._acquire()
-        snapshot._renewer = threading.Thread(target=snapshot._renew, name=f"lease-{snapshot.lease_id}", daemon=True)
-        snapshot._renewer.start()
-    return snapshot
+    pinned = pin(settings, tables, consistency, as_of_barrier, as_of_timestamp)
+    lease = Lease.take(settings, pinned, lease_ttl_ms) if takes_lease(consistency, as_of_barrier, as_of_timestamp) else None
+    return ConsistentSnapshot(spark, settings, consistency, pinned.barrier, dict(pinned.versions), pinned.data_ts_ms, lease)

@@ -47,11 +47,11 @@ from sqlglot import exp
 
 from coordinator.domain.errors import LockstepError
 from coordinator.domain.events import dead_letters
+from coordinator.domain.snapshot import HIDDEN
 from coordinator.spark_sql import SPARK
 from spark_jobs.planning.groups import NotGrouped, conjuncts, groups_of
 from spark_jobs.planning.pipeline import DerivedTable, Job, Pipeline, RootTable, tables_read
 
-HIDDEN = "__lockstep_"  # prefix of bookkeeping columns kept in aggregate tables
 WEIGHT = f"{HIDDEN}w"  # +n / -n multiplicity of a change row
 ROWS = f"{HIDDEN}rows"  # source rows in a group: the group disappears at 0
 NUMBER = f"{HIDDEN}n"  # a row's number within its group, where no result columns identify a row

@@ -62,6 +62,7 @@ def coordinator_env(settings: Settings, tmp_path: Path, request: pytest.FixtureR
         **os.environ,
         "LOCKSTEP_BOOTSTRAP": settings.bootstrap,
         "LOCKSTEP_HOME": str(tmp_path / "home"),
+        "LOCKSTEP_WAREHOUSE": str(tmp_path / "wh"),  # where run_pipeline's jobs write: /snapshot names it
         "LOCKSTEP_JARS": str(settings.jars),
         "LOCKSTEP_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:8]}",
         "LOCKSTEP_BARRIER_INTERVAL_MS": str(interval.args[0] if interval else 200),

@@ -130,6 +130,10 @@ def test_consistent_reads_while_the_pipeline_runs(
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     assert {(int(r["user_id"]), int(r["item_id"])): int(r["total_amount"]) for r in rows} == dict(expected)
     assert f"barrier {old}; versions user_item_amount={state.exact_points('user_item_amount')[old]}" in done.stderr
+    through_spark = lockstep_in_process("query", "SELECT * FROM user_item_amount", "--as-of-barrier", str(old),
+                                        "--format", "csv", "--engine", "spark", env=env)
+    assert through_spark.returncode == 0, through_spark.stderr[-2000:]
+    assert sorted(csv.DictReader(io.StringIO(through_spark.stdout)), key=str) == sorted(rows, key=str)
     bad = lockstep_in_process("query", "SELECT * FROM nope", env=env)
     assert bad.returncode == 1 and "unknown table(s): nope" in bad.stderr
 

@@ -10,7 +10,7 @@ import json
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,6 @@ from confluent_kafka import Message, Producer
 from pyspark.sql import SparkSession
 
 from coordinator.dev.s3 import LocalS3
-from coordinator.dev.service import free_port
 from coordinator.settings import Settings
 from spark_jobs.api.reads import open_snapshot
 from spark_jobs.ops.runner import register_pipeline
@@ -40,16 +39,6 @@ CREATE TABLE per_region AS SELECT u.region, SUM(o.amount) AS total FROM orders o
 """
 TABLES = ["orders", "users", "per_user", "per_region"]
 REGIONS = ("north", "south", "east")
-
-
-@pytest.fixture(scope="module")
-def local_s3(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
-    s3 = LocalS3(tmp_path_factory.mktemp("s3"), base_settings.jars / "s3proxy", free_port(), buckets=("lake",))
-    s3.up()
-    try:
-        yield s3
-    finally:
-        s3.down()
 
 
 def consistent(snap: object) -> list[str]:

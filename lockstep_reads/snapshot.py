@@ -1,0 +1,190 @@
+"""Consistent reads without Spark: the coordinator pins each table's Delta version for the read
+level (``coordinator.client.snapshots``), delta-rs opens those versions and DataFusion runs the
+SQL (PostgreSQL's dialect), in this process, in milliseconds. No JVM starts and pyspark is not
+imported. The read levels mean what they mean everywhere (docs/reads.md).
+
+Example::
+
+    from lockstep_reads import open_snapshot
+
+    with open_snapshot(["user_item_amount", "user_item_price"]) as snap:      # read-committed
+        rows = snap.sql("SELECT a.user_id, a.item_id, p.total_price / a.total_amount AS unit_price "
+                        "FROM user_item_amount a JOIN user_item_price p USING (user_id, item_id)")
+        print(snap.barrier, snap.versions, rows.num_rows)   # a pyarrow.Table; rows.to_pandas()
+
+``repeatable-read`` also holds a lease on the versions while the snapshot is open, so vacuum
+keeps them; ``read-uncommitted`` fixes each table's newest version when the snapshot opens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
+from coordinator.client.clock import now_ms
+from coordinator.client.snapshots import Lease, Pinned, SnapshotError, pin, takes_lease
+from coordinator.client.state import read_state
+from coordinator.domain.lineage import LineageTable, lineage_rows
+from coordinator.domain.snapshot import ReadLevel
+from coordinator.settings import Settings
+from lockstep_reads.engine import run_query
+from lockstep_reads.statements import StatementError, lineage_named, split, tables_named
+from lockstep_reads.tables import TableVersions, VersionGone
+
+RETRIES = 3  # read-committed reads whose version was vacuumed under them try a newer barrier this often
+_versions: dict[tuple[str | None, str | None], TableVersions] = {}
+
+
+def versions_for(settings: Settings) -> TableVersions:
+    """This process's opened table versions for ``settings``' object store (shared by every snapshot)."""
+    key = (settings.s3.endpoint, settings.s3.access_key)
+    if key not in _versions:
+        _versions[key] = TableVersions(settings)
+    return _versions[key]
+
+
+def one_query(sql: str) -> Any:
+    """The query tree of ``sql``, which must be one read-only statement."""
+    statements = split(sql)
+    if len(statements) != 1:
+        raise StatementError(f"give one statement, not {len(statements)}")
+    return statements[0].require_query()
+
+
+@dataclass
+class Snapshot:
+    """Tables at the versions of one barrier; ``sql`` and ``table`` return Arrow tables.
+    ``close`` (or the ``with`` block's end) releases a repeatable-read lease."""
+
+    settings: Settings
+    level: str
+    barrier: int | None
+    versions: dict[str, int | None]
+    data_ts_ms: int | None = None  # when the barrier read was announced: now - data_ts_ms is its staleness
+    lease: Lease | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, pinned: Pinned, lease: Lease | None = None) -> Snapshot:
+        snap = cls(settings, pinned.level, pinned.barrier, dict(pinned.versions), pinned.data_ts_ms, lease)
+        for name, version in snap.versions.items():
+            if version is None:  # read-uncommitted: each table's newest version now, then fixed
+                snap.versions[name] = snap.open(name).version()
+        return snap
+
+    @property
+    def lease_id(self) -> str | None:
+        return self.lease.lease_id if self.lease is not None else None
+
+    def location(self, name: str) -> str:
+        """Where the Delta table ``name`` lives (``LOCKSTEP_WAREHOUSE``, as for the jobs)."""
+        return self.settings.table_location(name)
+
+    def open(self, name: str) -> Any:
+        """The ``deltalake.DeltaTable`` of ``name`` at this snapshot's version."""
+        if self.lease is not None:
+            self.lease.check()
+        if name not in self.versions:
+            raise SnapshotError(f"table {name!r} is not part of this snapshot (opened for {', '.join(self.versions)}); "
+                                "open the snapshot with it, or with tables=None for every table")
+        try:
+            return versions_for(self.settings).open(self.location(name), self.versions[name], name)
+        except VersionGone as exc:
+            raise VersionGone(f"{exc}; barrier {self.barrier}: read a newer barrier, or hold a repeatable-read "
+                              "lease while reading") from exc
+
+    def sql(self, query: str) -> pa.Table:
+        """Run ``query`` (one SELECT, WITH or VALUES in PostgreSQL's dialect) with every table
+        it names at this snapshot's version, and lineage tables (``__meta_*``) as they are now."""
+        tree = one_query(query)
+        tables = {name: self.open(name) for name in tables_named(tree)}
+        lineage = lineage_tables(self.settings) if lineage_named(tree) else None
+        return run_query(query, tables, lineage)
+
+    def table(self, name: str) -> pa.Table:
+        """The whole table at this snapshot's version (its visible columns)."""
+        return self.sql(f'SELECT * FROM "{name}"')
+
+    def close(self) -> None:
+        if self.lease is not None:
+            self.lease.close()
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def lineage_tables(settings: Settings) -> Mapping[str, LineageTable]:
+    """The lineage tables as they are now (a fold of the state topics)."""
+    return lineage_rows(read_state(settings), now_ms(), settings.barriers.liveness_ms)
+
+
+def open_snapshot(
+    tables: Sequence[str] | None = None,
+    consistency: str = ReadLevel.READ_COMMITTED,
+    as_of_barrier: int | None = None,
+    as_of_timestamp: int | None = None,
+    settings: Settings | None = None,
+    lease_ttl_ms: int = 30_000,
+) -> Snapshot:
+    """Open a snapshot of ``tables`` (None: every registered table) at the read level.
+
+    ``as_of_timestamp`` is epoch milliseconds: the newest barrier announced at or before it.
+    Raises ``SnapshotError`` (unknown table, no exact point at the barrier, a table this path
+    cannot read) or ``CoordinatorUnreachable`` naming the URL.
+    """
+    settings = settings or Settings.from_env(kafka=False)
+    pinned = pin(settings, tables, consistency, as_of_barrier, as_of_timestamp)
+    lease = Lease.take(settings, pinned, lease_ttl_ms) if takes_lease(consistency, as_of_barrier, as_of_timestamp) else None
+    try:
+        return Snapshot.of(settings, pinned, lease)
+    except BaseException:
+        if lease is not None:
+            lease.close()
+        raise
+
+
+@dataclass(frozen=True)
+class Result:
+    """A query's rows and what it read: the barrier (None: read-uncommitted) and each table's version."""
+
+    table: pa.Table
+    barrier: int | None
+    versions: dict[str, int | None]
+    data_ts_ms: int | None = None
+
+
+def query(sql: str, consistency: str = ReadLevel.READ_COMMITTED, as_of_barrier: int | None = None,
+          as_of_timestamp: int | None = None, settings: Settings | None = None, limit: int | None = None) -> Result:
+    """Run one query over the tables it names, at one snapshot of the read level (at most
+    ``limit`` rows).
+
+    A read-committed read whose version is vacuumed while it reads tries again at the newest
+    barrier (up to ``RETRIES`` times); a read of a pinned past raises ``SnapshotError``.
+
+    Example::
+
+        result = query("SELECT page, views FROM views_per_page ORDER BY views DESC LIMIT 3")
+        print(result.barrier, result.table.to_pandas())
+    """
+    settings = settings or Settings.from_env(kafka=False)
+    tree = one_query(sql)
+    names = tables_named(tree)
+    lineage = lineage_tables(settings) if lineage_named(tree) else None
+    if not names:
+        return Result(run_query(sql, {}, lineage, limit), None, {})
+    retry = consistency == ReadLevel.READ_COMMITTED and as_of_barrier is None and as_of_timestamp is None
+
+    def read() -> Result:
+        with open_snapshot(names, consistency, as_of_barrier, as_of_timestamp, settings) as snap:
+            return Result(run_query(sql, {n: snap.open(n) for n in names}, lineage, limit), snap.barrier,
+                          dict(snap.versions), snap.data_ts_ms)
+
+    return Retrying(retry=retry_if_exception_type(VersionGone), reraise=True,
+                    stop=stop_after_attempt(RETRIES + 1 if retry else 1))(read)

@@ -1,0 +1,167 @@
+"""The light read path over a running pipeline: every read level means what Spark's
+``open_snapshot`` means (the same barrier, versions and rows), a repeatable-read lease holds
+and goes, and what cannot be read says why."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+
+import lockstep_reads.snapshot as light
+from coordinator.client.rest import get_json
+from coordinator.client.snapshots import CoordinatorUnreachable, SnapshotError, pin
+from coordinator.client.state import read_state
+from coordinator.dev.broker import free_port
+from coordinator.settings import Settings
+from lockstep_reads import QueryError, Refused, VersionGone, open_snapshot, query
+from spark_jobs.api.reads import open_snapshot as spark_snapshot
+from spark_jobs.ops.vacuum import vacuum
+from tests.support import ROOT
+from tests.support.barriers import wait_for_barrier
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PIPELINE = """
+CREATE TABLE clicks (user STRING, page STRING, ms BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
+CREATE TABLE per_page AS
+  SELECT page, COUNT(*) AS views, COUNT(DISTINCT user) AS users, AVG(ms) AS avg_ms FROM clicks GROUP BY page;
+"""
+TABLES = ["clicks", "per_page"]
+CHECK = ("SELECT p.page, p.views, c.views AS counted, p.users, c.users AS distinct_users FROM per_page p JOIN "
+         "(SELECT page, COUNT(*) AS views, COUNT(DISTINCT \"user\") AS users FROM clicks GROUP BY page) c USING (page)")
+
+
+class Clicks:
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic, self.sent = topic, 0
+        self.producer = Producer({"bootstrap.servers": bootstrap})
+
+    def send(self, n: int) -> dict[int, int]:
+        for _ in range(n):
+            i = self.sent
+            self.producer.produce(self.topic, json.dumps({"user": f"u{i % 7}", "page": f"/p{i % 3}", "ms": i}).encode())
+            self.sent += 1
+        self.producer.flush(10)
+        return {0: self.sent}
+
+
+@pytest.fixture
+def clicks_pipeline(run_pipeline: Callable, make_topic: Callable, kafka_bootstrap: str) -> tuple[Settings, Clicks]:
+    topic = make_topic(partitions=1)
+    settings = run_pipeline(PIPELINE.format(topic=topic))
+    clicks = Clicks(kafka_bootstrap, topic)
+    wait_for_barrier(settings, TABLES, clicks.send(40), topic)
+    return settings, clicks
+
+
+def rows(table: object) -> list[tuple]:
+    return sorted(tuple(r.values()) for r in table.to_pylist())  # type: ignore[attr-defined]
+
+
+def test_each_read_level_reads_what_spark_reads(clicks_pipeline: tuple[Settings, Clicks], spark: SparkSession) -> None:
+    settings, clicks = clicks_pipeline
+    with open_snapshot(TABLES, settings=settings) as snap:
+        assert snap.barrier is not None and set(snap.versions) == set(TABLES) and snap.lease is None
+        per_page = snap.table("per_page")
+        assert per_page.column_names == ["page", "views", "users", "avg_ms"]  # no bookkeeping columns
+        consistent = snap.sql(CHECK).to_pylist()
+        assert consistent and all(r["views"] == r["counted"] and r["users"] == r["distinct_users"] for r in consistent)
+        with spark_snapshot(spark, TABLES, as_of_barrier=snap.barrier, settings=settings) as same:
+            assert same.versions == snap.versions
+            assert rows(per_page) == sorted(tuple(r) for r in same.table("per_page").collect())
+    # where each table lives, for any engine that reads Delta at a version
+    body = get_json(settings, "/snapshot?tables=per_page")
+    assert body["locations"] == {"per_page": settings.table_location("per_page")} and "storage" not in body
+
+    result = query("SELECT SUM(views) AS n FROM per_page", settings=settings)
+    assert result.barrier is not None and result.barrier >= snap.barrier and set(result.versions) == {"per_page"}
+    assert result.table.to_pylist()[0]["n"] >= 40
+    past = query("SELECT COUNT(*) AS n FROM clicks", as_of_barrier=snap.barrier, settings=settings)
+    assert (past.barrier, past.versions["clicks"]) == (snap.barrier, snap.versions["clicks"])
+    at_time = query("SELECT COUNT(*) AS n FROM clicks", as_of_timestamp=snap.data_ts_ms, settings=settings)
+    assert at_time.barrier == snap.barrier and at_time.table.equals(past.table)
+
+    uncommitted = query("SELECT COUNT(*) AS n FROM clicks", "read-uncommitted", settings=settings)
+    assert uncommitted.barrier is None and isinstance(uncommitted.versions["clicks"], int)
+
+    lineage = query("SELECT T.table_name FROM __META_ETL_SINK T JOIN __META_ETL_SOURCE S ON T.job_id = S.job_id "
+                    "WHERE S.table_name = 'clicks'", settings=settings)
+    assert lineage.table.to_pylist() == [{"table_name": "per_page"}]
+
+    # a repeatable-read snapshot reads the same rows while barriers pass, under a lease it releases
+    with open_snapshot(TABLES, "repeatable-read", settings=settings) as held:
+        lease = read_state(settings).leases[held.lease_id]
+        assert lease.barrier == held.barrier and {v.table for v in lease.versions} == set(TABLES)
+        first = rows(held.sql(CHECK))
+        wait_for_barrier(settings, TABLES, clicks.send(30), clicks.topic)
+        assert rows(held.sql(CHECK)) == first
+        assert query("SELECT SUM(views) AS n FROM per_page", settings=settings).table.to_pylist()[0]["n"] == 70
+        lease_id = held.lease_id
+    assert lease_id not in read_state(settings).leases
+
+
+def test_lockstep_query_reads_without_pyspark_or_a_jvm(clicks_pipeline: tuple[Settings, Clicks]) -> None:
+    settings, clicks = clicks_pipeline
+    env = {"PATH": "/usr/bin:/bin", "LOCKSTEP_BOOTSTRAP": settings.bootstrap, "LOCKSTEP_WAREHOUSE": settings.warehouse,
+           "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url, "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix}
+    blocked = ("import sys\nfor name in ('pyspark', 'py4j', 'delta'):\n    sys.modules[name] = None\n"
+               "from lockstep.cli import main\nmain()\n")
+    done = subprocess.run([sys.executable, "-c", blocked, "query", "SELECT page, views FROM per_page ORDER BY page",
+                           "--format", "json", "--consistency", "repeatable-read"],
+                          env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert sum(json.loads(line)["views"] for line in done.stdout.splitlines()) == clicks.sent
+    assert re.fullmatch(r"barrier \d+; versions per_page=\d+\n", done.stderr)
+
+
+def test_what_cannot_be_read_says_why(clicks_pipeline: tuple[Settings, Clicks]) -> None:
+    settings, _ = clicks_pipeline
+    with pytest.raises(SnapshotError, match="unknown table.*nope"):
+        query("SELECT * FROM nope", settings=settings)
+    with pytest.raises(Refused, match="DELETE is not allowed"):
+        query("DELETE FROM clicks", settings=settings)
+    with open_snapshot(["clicks"], settings=settings) as snap, \
+            pytest.raises(SnapshotError, match="'per_page' is not part of this snapshot"):
+        snap.sql("SELECT * FROM per_page")
+    with pytest.raises(QueryError, match="(?i)no field named nope"):
+        query("SELECT nope FROM clicks", settings=settings)
+    down = dataclasses.replace(settings, coordinator_url=f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(CoordinatorUnreachable, match="not reachable at http://127.0.0.1"):
+        query("SELECT * FROM clicks", settings=down)
+
+
+def test_a_version_vacuumed_under_a_read(clicks_pipeline: tuple[Settings, Clicks], spark: SparkSession,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read-committed reads again at the newest barrier; a pinned past is an error."""
+    settings, clicks = clicks_pipeline
+    old = read_state(settings).common_barrier(TABLES)
+    assert old is not None
+    for _ in range(3):  # per_page rewrites its one file at each barrier that changes it
+        wait_for_barrier(settings, TABLES, clicks.send(5), clicks.topic)
+        time.sleep(0.3)
+    vacuum(spark, settings, ["per_page"], retain_barriers=0)
+    with pytest.raises(VersionGone, match="gone|no longer available"):
+        query("SELECT * FROM per_page", as_of_barrier=old, settings=settings)
+
+    asked: list[int | None] = []
+
+    def stale_first(settings: Settings, tables: list[str], level: str, *args: object) -> object:
+        """The coordinator's real answer, the first time for the vacuumed barrier (as if the
+        read had been pinned just before vacuum ran)."""
+        pinned = pin(settings, tables, level, old if not asked else None)
+        asked.append(pinned.barrier)
+        return pinned
+
+    monkeypatch.setattr(light, "pin", stale_first)
+    result = query("SELECT SUM(views) AS n FROM per_page", settings=settings)
+    assert asked[0] == old and result.barrier == asked[-1] and result.barrier > old
+    assert result.table.to_pylist()[0]["n"] == clicks.sent
