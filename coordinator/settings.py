@@ -163,6 +163,7 @@ class Settings:
     schema_registry_url: str = ""  # a Confluent-compatible schema registry (formats avro-confluent, ...); "": none
     connect_url: str = "http://127.0.0.1:8083"  # Kafka Connect's REST API (`lockstep dev up --connect` runs one)
     postgres_url: str = "postgresql://postgres@127.0.0.1:5432/lockstep"  # the source database of `dev up --postgres`
+    serve_password: str = field(default="", repr=False)  # `lockstep serve`: what clients off loopback must prove
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *, kafka: bool = True) -> Settings:
@@ -205,6 +206,7 @@ class Settings:
                                           "http://127.0.0.1:8081/apis/ccompat/v7"),
             connect_url=_http_url(env, "LOCKSTEP_CONNECT_URL", "http://127.0.0.1:8083", "http://127.0.0.1:8083"),
             postgres_url=_postgres_url(env.get("LOCKSTEP_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/lockstep")),
+            serve_password=env.get("LOCKSTEP_SERVE_PASSWORD", ""),
         )
         if kafka:
             settings.check_kafka()  # validate early, with a message that names the variable

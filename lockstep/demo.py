@@ -32,12 +32,12 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.client.rest import get_json
+from coordinator.client.snapshots import CoordinatorUnreachable, close_clients
 from coordinator.dev.broker import LocalBroker, port_in_use, topic_count
 from coordinator.dev.worker import WorkerProcess, healthy
 from coordinator.domain.errors import NotStarted, Unreachable
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
-from spark_jobs.api.reads import CoordinatorUnreachable, close_clients
 from spark_jobs.demo.datagen import ensure_topic
 from spark_jobs.demo.probes import LevelStats, Prober
 
@@ -58,6 +58,7 @@ class DemoOptions:
     users: int = 100
     items: int = 20
     pipeline: Path = SHOPPING
+    reader: str = "light"  # light: delta-rs + DataFusion in this process; spark: a Spark session, to compare
 
 
 @dataclass
@@ -249,9 +250,11 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             pipeline = register_pipeline(settings, pipeline)
             say(f"registered {options.pipeline.name}: " + ", ".join(f"{j.job_id} -> {j.sink}" for j in pipeline.jobs))
             jobs = stack.enter_context(_jobs(settings, options.pipeline, say))
-            quiet = replace(settings, spark_log_level=settings.spark_log_level or "ERROR")  # a readable live view
-            spark = build_session("lockstep-demo-reads", settings=quiet)  # starts while the jobs start
-            stack.callback(spark.stop)
+            spark = None
+            if options.reader == "spark":
+                quiet = replace(settings, spark_log_level=settings.spark_log_level or "ERROR")  # a readable live view
+                spark = build_session("lockstep-demo-reads", settings=quiet)  # starts while the jobs start
+                stack.callback(spark.stop)
             stack.callback(close_clients)  # the leases' client, before the broker stops
             _wait_ready(settings, [d.name for d in pipeline.derived], jobs, say)
             consumer = Consumer(settings.kafka_config({"group.id": f"{settings.topic_prefix}-demo-sizes"}))

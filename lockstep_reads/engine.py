@@ -94,20 +94,25 @@ def plain_strings(table: pa.Table) -> pa.Table:
 
 
 def values_query(table: LineageTable) -> str:
-    """A query that returns ``table``'s rows with its column names and types.
+    """A query that returns ``table``'s rows with its column names and types (type ``NULL``: a
+    column of nothing but NULLs, whatever it is compared with).
 
-    >>> values_query(LineageTable((("a", "STRING"), ("n", "BIGINT")), [("x", 1)]))
-    "SELECT CAST(column1 AS VARCHAR) AS a, CAST(column2 AS BIGINT) AS n FROM (VALUES ('x', 1))"
-    >>> values_query(LineageTable((("a", "STRING"),), []))
-    'SELECT CAST(NULL AS VARCHAR) AS a WHERE false'
+    >>> print(values_query(LineageTable((("a", "STRING"), ("n", "BIGINT")), [("x", 1)])))
+    SELECT CAST(column1 AS VARCHAR) AS "a", CAST(column2 AS BIGINT) AS "n" FROM (VALUES ('x', 1))
+    >>> values_query(LineageTable((("a", "STRING"), ("b", "NULL")), []))
+    'SELECT CAST(NULL AS VARCHAR) AS "a", NULL AS "b" WHERE false'
     """
     types = [("VARCHAR" if kind == "STRING" else kind) for _, kind in table.columns]
+
+    def column(value: str, name: str, kind: str) -> str:
+        return f"NULL AS {quoted(name)}" if kind == "NULL" else f"CAST({value} AS {kind}) AS {quoted(name)}"
+
     if not table.rows:
-        return "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {c}"
-                                     for (c, _), t in zip(table.columns, types, strict=True)) + " WHERE false"
+        return "SELECT " + ", ".join(column("NULL", c, k) for (c, _), k in zip(table.columns, types, strict=True)) \
+            + " WHERE false"
     rows = ", ".join("(" + ", ".join(literal(v, t) for v, t in zip(row, types, strict=True)) + ")" for row in table.rows)
-    return ("SELECT " + ", ".join(f"CAST(column{i + 1} AS {t}) AS {c}"
-                                  for i, ((c, _), t) in enumerate(zip(table.columns, types, strict=True)))
+    return ("SELECT " + ", ".join(column(f"column{i + 1}", c, k)
+                                  for i, ((c, _), k) in enumerate(zip(table.columns, types, strict=True)))
             + f" FROM (VALUES {rows})")
 
 
@@ -119,6 +124,8 @@ def literal(value: object, kind: str) -> str:
     """
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
     if kind == "TIMESTAMP" and isinstance(value, int):
         return "'" + dt.datetime.fromtimestamp(value / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "'"
     if isinstance(value, str):

@@ -18,8 +18,9 @@ keeps them; ``read-uncommitted`` fixes each table's newest version when the snap
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -66,19 +67,39 @@ class Snapshot:
     barrier: int | None
     versions: dict[str, int | None]
     data_ts_ms: int | None = None  # when the barrier read was announced: now - data_ts_ms is its staleness
-    lease: Lease | None = None
+    leases: list[Lease] = field(default_factory=list)  # repeatable-read: one per set of tables pinned
 
     @classmethod
     def of(cls, settings: Settings, pinned: Pinned, lease: Lease | None = None) -> Snapshot:
-        snap = cls(settings, pinned.level, pinned.barrier, dict(pinned.versions), pinned.data_ts_ms, lease)
-        for name, version in snap.versions.items():
-            if version is None:  # read-uncommitted: each table's newest version now, then fixed
-                snap.versions[name] = snap.open(name).version()
+        snap = cls(settings, pinned.level, pinned.barrier, dict(pinned.versions), pinned.data_ts_ms,
+                   [lease] if lease is not None else [])
+        snap._fix_newest()
         return snap
+
+    def _fix_newest(self) -> None:
+        for name, version in self.versions.items():
+            if version is None:  # read-uncommitted: each table's newest version now, then fixed
+                self.versions[name] = self.open(name).version()
 
     @property
     def lease_id(self) -> str | None:
-        return self.lease.lease_id if self.lease is not None else None
+        return self.leases[0].lease_id if self.leases else None
+
+    def extend(self, tables: Sequence[str]) -> None:
+        """Add ``tables`` to this snapshot at its barrier (a repeatable-read snapshot holds a
+        lease on them too): ``SnapshotError`` if one has no exact point at that barrier."""
+        new = [t for t in tables if t not in self.versions]
+        if not new:
+            return
+        if self.barrier is None:
+            pinned = pin(self.settings, new, self.level)
+        else:
+            pinned = dataclasses.replace(pin(self.settings, new, ReadLevel.READ_COMMITTED, self.barrier),
+                                         level=self.level)
+        if self.leases:
+            self.leases.append(Lease.take(self.settings, pinned, self.leases[0].ttl_ms))
+        self.versions |= pinned.versions
+        self._fix_newest()
 
     def location(self, name: str) -> str:
         """Where the Delta table ``name`` lives (``LOCKSTEP_WAREHOUSE``, as for the jobs)."""
@@ -86,8 +107,8 @@ class Snapshot:
 
     def open(self, name: str) -> Any:
         """The ``deltalake.DeltaTable`` of ``name`` at this snapshot's version."""
-        if self.lease is not None:
-            self.lease.check()
+        for lease in self.leases:
+            lease.check()
         if name not in self.versions:
             raise SnapshotError(f"table {name!r} is not part of this snapshot (opened for {', '.join(self.versions)}); "
                                 "open the snapshot with it, or with tables=None for every table")
@@ -110,8 +131,9 @@ class Snapshot:
         return self.sql(f'SELECT * FROM "{name}"')
 
     def close(self) -> None:
-        if self.lease is not None:
-            self.lease.close()
+        """Release the leases (repeatable-read)."""
+        while self.leases:
+            self.leases.pop().close()
 
     def __enter__(self) -> Snapshot:
         return self

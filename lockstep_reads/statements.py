@@ -91,13 +91,14 @@ def split(sql: str) -> list[Statement]:
 
 
 CONTROL = {"BEGIN": Kind.BEGIN, "START": Kind.BEGIN, "COMMIT": Kind.COMMIT, "END": Kind.COMMIT,
-           "ROLLBACK": Kind.ROLLBACK, "ABORT": Kind.ROLLBACK, "SHOW": Kind.SHOW, "RESET": Kind.RESET}
+           "ROLLBACK": Kind.ROLLBACK, "ABORT": Kind.ROLLBACK, "SHOW": Kind.SHOW, "RESET": Kind.RESET, "SET": Kind.SET}
 READS = ("SELECT", "WITH", "VALUES", "TABLE")  # first words of a read (after any parentheses)
 
 
 def classify(text: str) -> Statement:
     """One statement's kind (see ``Kind``): transaction control, SET, SHOW and RESET by their
-    first word, a query by its parsed tree; anything else is ``OTHER``."""
+    first word (their forms vary more than a parser knows), a query by its parsed tree;
+    anything else is ``OTHER``."""
     first = (text.split(None, 1) or [""])[0].upper()
     if first in CONTROL:
         return Statement(text, None, CONTROL[first])
@@ -105,8 +106,6 @@ def classify(text: str) -> Statement:
         tree = sqlglot.parse_one(text, read=DIALECT)
     except (ParseError, TokenError) as exc:
         raise StatementError(f"the SQL does not parse: {first_error(exc)}") from exc
-    if isinstance(tree, exp.Set):
-        return Statement(text, tree, Kind.SET)
     reads = isinstance(tree, exp.Query | exp.Values) and first.lstrip("(") in READS
     return Statement(text, tree, Kind.QUERY if reads else Kind.OTHER)
 

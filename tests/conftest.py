@@ -68,7 +68,7 @@ def kafka_bootstrap(base_settings: Settings, tmp_path_factory: pytest.TempPathFa
         finally:
             # close leftover clients first, so they do not log reconnect failures at exit: the
             # snapshots' lease clients (kept per coordinator for the process), then the unreferenced
-            from spark_jobs.api.reads import close_clients
+            from coordinator.client.snapshots import close_clients
 
             close_clients()
             gc.collect()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from coordinator.domain.errors import Rejected, check_known
@@ -80,6 +81,23 @@ def resolve_snapshot(
     if barrier is None:
         raise Rejected(f"tables {', '.join(tables)} have no common exact point yet")
     return Snapshot(barrier, {t: state.exact_points(t)[barrier] for t in tables}, _announced_at(state, barrier))
+
+
+def epoch_ms(value: str) -> int:
+    """A time a read may be as of: epoch milliseconds, or ISO-8601 (UTC unless it says otherwise);
+    ``ValueError`` if it is neither.
+
+    >>> epoch_ms("2026-11-21T20:00:00"), epoch_ms("1795291200000"), epoch_ms("2026-11-21 21:00:00+01:00")
+    (1795291200000, 1795291200000, 1795291200000)
+    """
+    value = value.strip()
+    if value.isdigit():
+        return int(value)
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is neither epoch milliseconds nor an ISO-8601 time") from exc
+    return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
 def _announced_at(state: MetaState, barrier: int | None) -> int | None:

@@ -7,7 +7,6 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from rich.table import Table
 from coordinator.client.commands import emit
 from coordinator.domain import Command, CommandOutcome
 from coordinator.domain.errors import Rejected, Terminated
+from coordinator.domain.snapshot import epoch_ms
 from coordinator.settings import Settings
 
 if TYPE_CHECKING:
@@ -114,20 +114,17 @@ def split_csv(value: str | None) -> tuple[str, ...]:
 
 
 def parse_when(value: str) -> int:
-    """Epoch milliseconds, or an ISO-8601 time (UTC unless it says otherwise).
+    """Epoch milliseconds, or an ISO-8601 time (UTC unless it says otherwise); a bad one is a usage error.
 
     Example::
 
         >>> parse_when("2026-11-21T20:00:00"), parse_when("1795291200000")
         (1795291200000, 1795291200000)
     """
-    if value.isdigit():
-        return int(value)
     try:
-        when = datetime.fromisoformat(value)
+        return epoch_ms(value)
     except ValueError as exc:
-        raise click.BadParameter(f"{value!r} is neither epoch milliseconds nor an ISO-8601 time") from exc
-    return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
+        raise click.BadParameter(str(exc)) from exc
 
 
 def delay_tables(body: dict[str, Any], window: str) -> list[Table]:

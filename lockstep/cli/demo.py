@@ -27,9 +27,12 @@ if TYPE_CHECKING:
 @click.option("--items", default=20, show_default=True, type=click.IntRange(1), help="Distinct items.")
 @click.option("--pipeline", "pipeline_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="The pipeline to run (default: pipelines/shopping.sql).")
+@click.option("--reader", type=click.Choice(["light", "spark"]), default="light", show_default=True,
+              help="How the demo reads: light (delta-rs and DataFusion in the demo's process, no JVM) or "
+                   "spark (a Spark session of its own, to compare)")
 @click.pass_context
 def demo(ctx: click.Context, seconds: float, warmup: float, rate: int, users: int, items: int,
-         pipeline_file: Path | None) -> None:
+         pipeline_file: Path | None, reader: str) -> None:
     """FLIP-276's shopping pipeline, live, read at every level.
 
     Starts (or reuses) the local broker and a coordinator worker, runs pipelines/shopping.sql
@@ -47,7 +50,7 @@ def demo(ctx: click.Context, seconds: float, warmup: float, rate: int, users: in
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     options = DemoOptions(seconds=seconds, warmup=warmup, rate=rate, users=users, items=items,
-                          pipeline=pipeline_file or SHOPPING)
+                          pipeline=pipeline_file or SHOPPING, reader=reader)
     result = run_demo(ctx.obj, options, say=lambda line: console.print(line, markup=False, highlight=False),
                       console=console)
     console.print(level_table(result.stats, title=f"summary: {result.seconds:.0f} s, {result.purchases:,} purchases"))

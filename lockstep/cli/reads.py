@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coordinator.client.rest import get_json
-from coordinator.domain.errors import LockstepError, Unreachable, check_known
+from coordinator.domain.errors import LockstepError, NotStarted, Terminated, Unreachable, check_known
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
 from lockstep.cli.common import echo_json, format_option, parse_when
@@ -114,6 +114,62 @@ def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
         for row in rows:
             table.add_row(*["NULL" if v is None else str(v) for v in row])
         Console().print(table)
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; another than loopback needs LOCKSTEP_SERVE_PASSWORD.")
+@click.option("--port", default=5433, show_default=True, type=click.IntRange(1, 65535),
+              help="Port to listen on (5432 is the local PostgreSQL's).")
+@click.option("--trust", type=click.Choice(["loopback", "none"]), default="loopback", show_default=True,
+              help="loopback: clients on this machine's loopback need no password; none: every client proves "
+                   "LOCKSTEP_SERVE_PASSWORD (SCRAM-SHA-256).")
+@click.option("--max-connections", default=200, show_default=True, type=click.IntRange(1),
+              help="More clients than this are turned away (SQLSTATE 53300).")
+@click.pass_obj
+def serve(settings: Settings, host: str, port: int, trust: str, max_connections: int) -> None:
+    """Serve the tables to PostgreSQL clients: psql, psycopg, JDBC, BI tools.
+
+    User and database are lockstep. Every statement reads one read-committed snapshot of the
+    tables it names; BEGIN ISOLATION LEVEL REPEATABLE READ holds one snapshot (and its lease)
+    until COMMIT or ROLLBACK; SET lockstep.as_of_barrier = B reads the past, SHOW
+    lockstep.barrier says what the last read read. Writes and DDL are refused. Ctrl-C or
+    SIGTERM stops it (exit 130 or 143); exit 4 if the port is taken.
+
+    \b
+    lockstep serve --port 5433
+    psql -h 127.0.0.1 -p 5433 -U lockstep -d lockstep -c "SELECT * FROM views_per_page"
+    """
+    import asyncio
+    import signal
+
+    from lockstep_reads.pgwire.auth import trusted
+    from lockstep_reads.pgwire.server import WireServer
+
+    if not settings.serve_password and (trust == "none" or not trusted(host, "loopback")):
+        raise click.UsageError(f"--host {host} --trust {trust} lets clients in that must prove a password: set "
+                               "LOCKSTEP_SERVE_PASSWORD (docs/reads.md: lockstep serve)")
+    try:
+        get_json(settings, "/health", timeout=3)
+    except Unreachable as exc:
+        click.echo(f"warning: {exc}; statements fail until it answers", err=True)
+    server = WireServer(settings, host, port, trust, settings.serve_password, max_connections)
+    stopped_by: list[int] = []
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, lambda s=signum: (stopped_by.append(s), server.stop()))
+        await server.serve(ready=lambda: click.echo(
+            f"serving Lockstep's tables on {host}:{port} to PostgreSQL clients: psql -h {host} -p {port} -U lockstep "
+            "-d lockstep (Ctrl-C stops)", err=True))
+
+    try:
+        asyncio.run(run())
+    except OSError as exc:
+        raise NotStarted(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another with --port") from exc
+    if stopped_by:
+        raise Terminated() if stopped_by[0] == signal.SIGTERM else KeyboardInterrupt()
 
 
 @click.command("vacuum")

@@ -1,11 +1,13 @@
 """Reads FLIP-276's join of ``user_item_amount`` and ``user_item_price`` at each read level and
 counts the rows whose average price is not the item's unit price: numbers that never existed.
 
-``lockstep demo`` and the consistency tests both use it.
+``lockstep demo`` and the consistency tests both use it. A prober without a Spark session reads
+the light way (``lockstep_reads``: delta-rs and DataFusion in this process, no JVM); with one,
+through Spark's ``open_snapshot``, for comparison.
 
 Example::
 
-    prober = Prober(spark, settings)
+    prober = Prober(None, settings)    # light; Prober(spark, settings) reads through Spark
     prober.read("read-committed")      # one snapshot, one join, anomalies counted
     prober.stats["read-committed"].anomalous_reads   # 0
 """
@@ -18,6 +20,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+import lockstep_reads
 from coordinator.domain.delays import percentile
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
@@ -45,7 +48,7 @@ class LevelStats:
     barrier they belong to was announced (read-uncommitted: an upper bound)."""
 
     reads: int = 0
-    evaluated: int = 0  # reads whose join Spark ran (the others read versions read before)
+    evaluated: int = 0  # reads whose join ran (the others read versions read before)
     anomalous_reads: int = 0
     anomalous_rows: int = 0
     rows: int = 0
@@ -60,13 +63,14 @@ class LevelStats:
 
 @dataclass
 class Prober:
-    """Runs FLIP_JOIN at a level per ``read``. With ``memo`` the join at one set of versions is
-    evaluated by Spark once and reused: Delta versions never change, so a later read of the same
-    versions returns the same rows. Read-uncommitted then pins each table's newest version at
-    the time of the read (``ConsistentSnapshot.pin_latest``), so it is memoised the same way.
-    A reader that asks often thus costs Spark work only when there is something new to read."""
+    """Runs FLIP_JOIN at a level per ``read``, through Spark if ``spark`` is a session, else the
+    light way. With ``memo`` the join at one set of versions is evaluated once and reused:
+    Delta versions never change, so a later read of the same versions returns the same rows.
+    Read-uncommitted then pins each table's newest version at the time of the read, so it is
+    memoised the same way. A reader that asks often thus costs work only when there is
+    something new to read."""
 
-    spark: SparkSession
+    spark: SparkSession | None
     settings: Settings
     memo: bool = False
     stats: dict[str, LevelStats] = field(default_factory=lambda: {level: LevelStats() for level in ReadLevel})
@@ -78,13 +82,17 @@ class Prober:
         Raises CoordinatorUnreachable."""
         stats = self.stats[level]
         try:
-            with open_snapshot(self.spark, TABLES, level, settings=self.settings) as snap:
-                if self.memo:
-                    snap.pin_latest()
+            if self.spark is not None:
+                snap: Any = open_snapshot(self.spark, TABLES, level, settings=self.settings)
+            else:
+                snap = lockstep_reads.open_snapshot(TABLES, level, settings=self.settings)
+            with snap:
+                if self.memo and self.spark is not None:
+                    snap.pin_latest()  # (the light snapshot fixes read-uncommitted's versions when it opens)
                 key = tuple(sorted(snap.versions.items())) if self.memo else None
                 rows = self._memo.get(key) if key is not None else None
                 if rows is None:
-                    rows = [r.asDict() for r in snap.sql(FLIP_JOIN).collect()]
+                    rows = self._join(snap)
                     self.evaluated += 1
                     stats.evaluated += 1
                     if key is not None:
@@ -107,3 +115,8 @@ class Prober:
         stats.anomalous_rows += wrong
         stats.anomalous_reads += wrong > 0
         return True
+
+    def _join(self, snap: Any) -> list[dict[str, Any]]:
+        if self.spark is not None:
+            return [r.asDict() for r in snap.sql(FLIP_JOIN).collect()]
+        return snap.sql(FLIP_JOIN).to_pylist()

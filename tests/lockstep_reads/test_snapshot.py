@@ -70,7 +70,7 @@ def rows(table: object) -> list[tuple]:
 def test_each_read_level_reads_what_spark_reads(clicks_pipeline: tuple[Settings, Clicks], spark: SparkSession) -> None:
     settings, clicks = clicks_pipeline
     with open_snapshot(TABLES, settings=settings) as snap:
-        assert snap.barrier is not None and set(snap.versions) == set(TABLES) and snap.lease is None
+        assert snap.barrier is not None and set(snap.versions) == set(TABLES) and not snap.leases
         per_page = snap.table("per_page")
         assert per_page.column_names == ["page", "views", "users", "avg_ms"]  # no bookkeeping columns
         consistent = snap.sql(CHECK).to_pylist()
