@@ -26,7 +26,7 @@ from coordinator.settings import Settings
 from tests.support import ROOT
 
 pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.support.pipelines", "tests.support.browser",
-                  "tests.support.http_sink", "tests.support.cdc"]
+                  "tests.support.http_sink", "tests.support.cdc", "tests.support.clicks"]
 
 
 @pytest.fixture(scope="session")

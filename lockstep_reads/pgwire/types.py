@@ -130,6 +130,7 @@ def _numeric_binary(value: Decimal) -> bytes:
     text = "".join(map(str, digits)) or "0"
     if exponent > 0:
         text += "0" * exponent
+    text = text.rjust(scale + 1, "0")
     whole, fraction = (text[:len(text) - scale] or "0"), text[len(text) - scale:] if scale else ""
     whole = whole.lstrip("0")
     whole = "0" * (-len(whole) % 4) + whole

@@ -10,10 +10,8 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 import lockstep_reads.snapshot as light
@@ -27,41 +25,11 @@ from spark_jobs.api.reads import open_snapshot as spark_snapshot
 from spark_jobs.ops.vacuum import vacuum
 from tests.support import ROOT
 from tests.support.barriers import wait_for_barrier
+from tests.support.clicks import TABLES, Clicks
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-PIPELINE = """
-CREATE TABLE clicks (user STRING, page STRING, ms BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
-CREATE TABLE per_page AS
-  SELECT page, COUNT(*) AS views, COUNT(DISTINCT user) AS users, AVG(ms) AS avg_ms FROM clicks GROUP BY page;
-"""
-TABLES = ["clicks", "per_page"]
 CHECK = ("SELECT p.page, p.views, c.views AS counted, p.users, c.users AS distinct_users FROM per_page p JOIN "
          "(SELECT page, COUNT(*) AS views, COUNT(DISTINCT \"user\") AS users FROM clicks GROUP BY page) c USING (page)")
-
-
-class Clicks:
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic, self.sent = topic, 0
-        self.producer = Producer({"bootstrap.servers": bootstrap})
-
-    def send(self, n: int) -> dict[int, int]:
-        for _ in range(n):
-            i = self.sent
-            self.producer.produce(self.topic, json.dumps({"user": f"u{i % 7}", "page": f"/p{i % 3}", "ms": i}).encode())
-            self.sent += 1
-        self.producer.flush(10)
-        return {0: self.sent}
-
-
-@pytest.fixture
-def clicks_pipeline(run_pipeline: Callable, make_topic: Callable, kafka_bootstrap: str) -> tuple[Settings, Clicks]:
-    topic = make_topic(partitions=1)
-    settings = run_pipeline(PIPELINE.format(topic=topic))
-    clicks = Clicks(kafka_bootstrap, topic)
-    wait_for_barrier(settings, TABLES, clicks.send(40), topic)
-    return settings, clicks
-
 
 def rows(table: object) -> list[tuple]:
     return sorted(tuple(r.values()) for r in table.to_pylist())  # type: ignore[attr-defined]
