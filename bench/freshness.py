@@ -203,28 +203,39 @@ CACHED_PAUSE_S = 0.05  # a caching reader's pause after a read that found nothin
 
 
 def child_read(topology: Topology, system: str, until: float, out: Path, nice: int, cache: bool,
-               every_s: float = 0.0) -> None:
+               every_s: float = 0.0, engine: str = "light") -> None:
     """Reads back to back (or one read every ``every_s``) until ``until`` (epoch s); one JSON line
     per read. At ``nice`` > 0 the
     reader takes the CPU the jobs leave, so it measures the pipeline instead of slowing it.
     With ``cache`` a read of the same table versions as an earlier one returns that read's rows
     without Spark (Delta versions never change): both systems' readers then cost CPU only when
-    there is something new to read (plain: its tables' newest versions, from their logs)."""
+    there is something new to read (plain: its tables' newest versions, from their logs).
+    Lockstep's reader reads the light way (``lockstep_reads``, no JVM) unless ``engine`` is
+    ``spark``; the plain reader always uses Spark (plain Delta has no barriers to pin)."""
     yield_cpu(nice)
+    import lockstep_reads
     from coordinator.settings import Settings
     from spark_jobs.api.reads import SnapshotError, open_snapshot
     from spark_jobs.runtime.delta_log import latest_version
     from spark_jobs.runtime.session import build_session
 
     settings = Settings.from_env()
-    spark = build_session(f"reader-{system}", settings=settings)
+    light = system == "lockstep" and engine == "light"
+    spark = None if light else build_session(f"reader-{system}", settings=settings)
     tables = topology.read_tables
     seen: dict[tuple[tuple[str, int | None], ...], list[Any]] = {}
     with open(out, "w") as sink:
         while time.time() < until:
             t0 = time.time()
             try:
-                if system == "lockstep":
+                if light:
+                    with lockstep_reads.open_snapshot(tables, settings=settings) as light_snap:
+                        key = tuple(sorted(light_snap.versions.items()))
+                        rows = seen.get(key) if cache else None
+                        if rows is None:
+                            rows = light_snap.sql(topology.read).to_pylist()
+                        barrier = light_snap.barrier
+                elif system == "lockstep":
                     with open_snapshot(spark, tables, "read-committed", settings=settings) as snap:
                         key = tuple(sorted(snap.versions.items()))
                         rows = seen.get(key) if cache else None
@@ -259,7 +270,8 @@ def child_read(topology: Topology, system: str, until: float, out: Path, nice: i
                                    "anomalies": anomalies(topology, rows)}) + "\n")
             sink.flush()
             time.sleep(max(0.0, t0 + every_s - time.time()))
-    spark.stop()
+    if spark is not None:
+        spark.stop()
 
 
 # -- the run ----------------------------------------------------------------------------------------
@@ -385,7 +397,8 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
         reads = tmp / "reads.jsonl"
         procs.start("reader", [*here, "child-read", topology.name, system, "--until", str(until), "--out", str(reads),
                                "--nice", str(args.reader_nice), *(["--cache"] if args.reader_cache else []),
-                               "--every-s", str(1 / args.reads_per_s if args.reads_per_s else 0), *siblings],
+                               "--every-s", str(1 / args.reads_per_s if args.reads_per_s else 0), *siblings,
+                               "--engine", args.lockstep_reader],
                    env, tmp / "reader.log")
         procs.children["broker"] = _Pid(broker.running_pid())  # type: ignore[assignment]
         if worker is not None:
@@ -575,6 +588,7 @@ def main() -> None:
     read.add_argument("--cache", action="store_true")
     read.add_argument("--every-s", type=float, default=0.0)
     read.add_argument("--siblings", type=int, default=0)
+    read.add_argument("--engine", choices=["light", "spark"], default="light")
     parser.add_argument("--topology", choices=[*TOPOLOGIES, "all"], default="all")
     parser.add_argument("--system", choices=["lockstep", "plain", "both"], default="both")
     parser.add_argument("--rate", type=int, default=10_000, help="records/s into the root topic (default 10,000)")
@@ -585,6 +599,8 @@ def main() -> None:
                         help="Lockstep's jobs in one `lockstep run` (one Spark application) or one per job (default one)")
     parser.add_argument("--plain-layout", choices=["one", "per-job"], default="per-job",
                         help="plain queries in one Spark application or one per query (default per-job)")
+    parser.add_argument("--lockstep-reader", choices=["light", "spark"], default="light",
+                        help="Lockstep's reader: light (delta-rs and DataFusion, no JVM) or spark (its own session)")
     parser.add_argument("--reader-nice", type=int, default=0,
                         help="the reader's niceness: 0 (default) shares the CPU fairly with the jobs, as the issue's "
                              "reader does; 10 leaves it what the jobs do not use (it then reads rarely)")
@@ -605,7 +621,7 @@ def main() -> None:
         return child_plain(with_siblings(TOPOLOGIES[args.topology], args.siblings), args.only)
     if args.command == "child-read":
         return child_read(with_siblings(TOPOLOGIES[args.topology], args.siblings), args.system, args.until, args.out,
-                          args.nice, args.cache, args.every_s)
+                          args.nice, args.cache, args.every_s, args.engine)
     topologies = list(TOPOLOGIES.values()) if args.topology == "all" else [TOPOLOGIES[args.topology]]
     topologies = [with_siblings(t, args.siblings) for t in topologies]
     systems = ["lockstep", "plain"] if args.system == "both" else [args.system]

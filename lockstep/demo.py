@@ -33,7 +33,7 @@ from rich.text import Text
 
 from coordinator.client.rest import get_json
 from coordinator.client.snapshots import CoordinatorUnreachable, close_clients
-from coordinator.dev.broker import LocalBroker, port_in_use, topic_count
+from coordinator.dev.broker import LocalBroker, free_port, port_in_use, topic_count
 from coordinator.dev.worker import WorkerProcess, healthy
 from coordinator.domain.errors import NotStarted, Unreachable
 from coordinator.domain.snapshot import ReadLevel
@@ -58,7 +58,7 @@ class DemoOptions:
     users: int = 100
     items: int = 20
     pipeline: Path = SHOPPING
-    reader: str = "light"  # light: delta-rs + DataFusion in this process; spark: a Spark session, to compare
+    reader: str = "light"  # light: delta-rs + DataFusion in this process; spark: a Spark session; serve: lockstep serve
 
 
 @dataclass
@@ -183,6 +183,27 @@ def _jobs(settings: Settings, pipeline: Path, say: Callable[[str], None]) -> Ite
         say("stopped the jobs")
 
 
+@contextmanager
+def _server(settings: Settings, say: Callable[[str], None], timeout: float = 60) -> Iterator[str]:
+    """``lockstep serve`` as a child process on a free loopback port; yields its psycopg DSN."""
+    log = settings.home / "logs" / "serve.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    with open(log, "w") as out:
+        child = subprocess.Popen([sys.executable, "-m", "lockstep", "serve", "--port", str(port)], stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True, env=_child_env(settings))
+    try:
+        deadline = time.monotonic() + timeout
+        while "serving Lockstep's tables" not in log.read_text():
+            if child.poll() is not None or time.monotonic() > deadline:
+                raise DemoError(f"lockstep serve did not start; see {log}")
+            time.sleep(0.2)
+        say(f"reading through lockstep serve on 127.0.0.1:{port} (log {log})")
+        yield f"host=127.0.0.1 port={port} user=lockstep dbname=lockstep"
+    finally:
+        _stop(child, grace=10)
+
+
 def _stop(child: subprocess.Popen[bytes], grace: float) -> None:
     """Ctrl-C to ``child``; after ``grace`` seconds, kill its whole session (its Spark JVM too)."""
     if child.poll() is None:
@@ -261,7 +282,8 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             stack.callback(consumer.close)
             before = _topic_size(consumer, topic)  # purchases of earlier runs are not this run's
             stack.enter_context(_generator(settings, topic, options, say))
-            prober = Prober(spark, settings, memo=True)
+            dsn = stack.enter_context(_server(settings, say)) if options.reader == "serve" else None
+            prober = Prober(spark, settings, memo=True, dsn=dsn)
             if options.warmup > 0:
                 _read_until(options.warmup, "warming up, not counted", prober, jobs,
                             lambda: _topic_size(consumer, topic) - before, result, console, say)

@@ -34,7 +34,7 @@ from coordinator.domain.lineage import LineageTable, lineage_rows
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
 from lockstep_reads.engine import run_query
-from lockstep_reads.statements import StatementError, lineage_named, split, tables_named
+from lockstep_reads.statements import Statement, StatementError, lineage_named, split, tables_named
 from lockstep_reads.tables import TableVersions, VersionGone
 
 RETRIES = 3  # read-committed reads whose version was vacuumed under them try a newer barrier this often
@@ -49,9 +49,9 @@ def versions_for(settings: Settings) -> TableVersions:
     return _versions[key]
 
 
-def one_query(sql: str) -> Any:
-    """The query tree of ``sql``, which must be one read-only statement."""
-    statements = split(sql)
+def one_query(sql: str | Statement) -> Any:
+    """The query tree of ``sql`` (parsed already if a ``Statement``), one read-only statement."""
+    statements = [sql] if isinstance(sql, Statement) else split(sql)
     if len(statements) != 1:
         raise StatementError(f"give one statement, not {len(statements)}")
     return statements[0].require_query()
@@ -182,10 +182,10 @@ class Result:
     data_ts_ms: int | None = None
 
 
-def query(sql: str, consistency: str = ReadLevel.READ_COMMITTED, as_of_barrier: int | None = None,
+def query(sql: str | Statement, consistency: str = ReadLevel.READ_COMMITTED, as_of_barrier: int | None = None,
           as_of_timestamp: int | None = None, settings: Settings | None = None, limit: int | None = None) -> Result:
     """Run one query over the tables it names, at one snapshot of the read level (at most
-    ``limit`` rows).
+    ``limit`` rows). ``sql`` may be a ``Statement`` parsed already (``statements.split``).
 
     A read-committed read whose version is vacuumed while it reads tries again at the newest
     barrier (up to ``RETRIES`` times); a read of a pinned past raises ``SnapshotError``.
@@ -198,6 +198,7 @@ def query(sql: str, consistency: str = ReadLevel.READ_COMMITTED, as_of_barrier: 
     settings = settings or Settings.from_env(kafka=False)
     tree = one_query(sql)
     names = tables_named(tree)
+    sql = sql.text if isinstance(sql, Statement) else sql
     lineage = lineage_tables(settings) if lineage_named(tree) else None
     if not names:
         return Result(run_query(sql, {}, lineage, limit), None, {})

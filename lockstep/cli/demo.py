@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 @click.option("--items", default=20, show_default=True, type=click.IntRange(1), help="Distinct items.")
 @click.option("--pipeline", "pipeline_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="The pipeline to run (default: pipelines/shopping.sql).")
-@click.option("--reader", type=click.Choice(["light", "spark"]), default="light", show_default=True,
-              help="How the demo reads: light (delta-rs and DataFusion in the demo's process, no JVM) or "
-                   "spark (a Spark session of its own, to compare)")
+@click.option("--reader", type=click.Choice(["light", "spark", "serve"]), default="light", show_default=True,
+              help="How the demo reads: light (delta-rs and DataFusion in the demo's process, no JVM), "
+                   "spark (a Spark session of its own, to compare) or serve (psycopg through lockstep serve)")
 @click.pass_context
 def demo(ctx: click.Context, seconds: float, warmup: float, rate: int, users: int, items: int,
          pipeline_file: Path | None, reader: str) -> None:

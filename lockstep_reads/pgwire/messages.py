@@ -162,13 +162,6 @@ def row_description(columns: Sequence[Column], formats: Sequence[int]) -> bytes:
     return message(b"T", b"".join(parts))
 
 
-def data_row(values: Sequence[bytes | None]) -> bytes:
-    parts = [struct.pack("!h", len(values))]
-    for value in values:
-        parts.append(b"\xff\xff\xff\xff" if value is None else struct.pack("!I", len(value)) + value)
-    return message(b"D", b"".join(parts))
-
-
 def command_complete(tag: str) -> bytes:
     return message(b"C", cstring(tag))
 

@@ -22,7 +22,7 @@ import socket
 import struct
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 from sqlglot.tokens import Tokenizer, TokenType
@@ -50,8 +50,7 @@ class Portal:
     statement: Statement
     result_formats: tuple[int, ...]
     outcome: Outcome | None = None
-    rows: list[list[bytes | None]] = field(default_factory=list)
-    sent: int = 0
+    rows: pa.Table | None = None  # the rows still to send (Execute may ask for some at a time)
 
 
 def parameter_count(text: str) -> int:
@@ -212,7 +211,7 @@ class Connection:
                 if outcome.table is not None:
                     formats = [0] * outcome.table.num_columns
                     self.send(m.row_description(result_columns(outcome.table), formats),
-                              *(m.data_row(row) for row in types.encode_rows(outcome.table, formats)))
+                              types.data_rows(outcome.table, formats))
                 self.send(m.command_complete(outcome.tag))
         except Exception as exc:  # noqa: BLE001 - every error goes to the client; the connection lives on
             self.send_error(exc)
@@ -265,9 +264,7 @@ class Connection:
         if portal.outcome is None:
             portal.outcome = await self.run(portal.statement)
             self.send_outcome_head(portal.outcome)
-            if portal.outcome.table is not None:
-                formats = m.formats_for(portal.result_formats, portal.outcome.table.num_columns)
-                portal.rows = types.encode_rows(portal.outcome.table, formats)
+            portal.rows = portal.outcome.table
         return portal.outcome
 
     async def execute(self, name: str, max_rows: int) -> None:
@@ -278,13 +275,15 @@ class Connection:
             self.send(m.EMPTY_QUERY)
             return
         outcome = await self.execute_portal(portal)
-        end = len(portal.rows) if max_rows <= 0 else min(len(portal.rows), portal.sent + max_rows)
-        self.send(*(m.data_row(row) for row in portal.rows[portal.sent:end]))
-        portal.sent = end
-        if outcome.table is not None and end < len(portal.rows):
-            self.send(m.PORTAL_SUSPENDED)
-        else:
-            self.send(m.command_complete(outcome.tag))
+        rows = portal.rows
+        if rows is not None:
+            batch = rows if max_rows <= 0 else rows.slice(0, max_rows)
+            self.send(types.data_rows(batch, m.formats_for(portal.result_formats, rows.num_columns)))
+            portal.rows = rows.slice(batch.num_rows)
+            if portal.rows.num_rows:
+                self.send(m.PORTAL_SUSPENDED)
+                return
+        self.send(m.command_complete(outcome.tag))
 
     async def extended(self, kind: bytes, body: bytes) -> None:
         if kind == b"S":  # Sync: the batch ends

@@ -156,7 +156,7 @@ class Session:
         answered = catalog.answer(tree, text, self)
         if answered is not None:
             return Outcome(f"SELECT {answered.num_rows}", answered)
-        table = self._read(text, tables_named(tree))
+        table = self._read(statement, tables_named(tree))
         return Outcome(f"SELECT {table.num_rows}", table)
 
     def _begin(self, text: str) -> Outcome:
@@ -175,10 +175,10 @@ class Session:
         self.in_block = self.failed = self.read_in_block = False
         self.level = self.default_level
 
-    def _read(self, text: str, names: list[str]) -> pa.Table:
+    def _read(self, statement: Statement, names: list[str]) -> pa.Table:
         started = time.time()
         if not names:
-            table = query(text, settings=self.settings).table
+            table = query(statement, settings=self.settings).table
             self.last_read = {"barrier": None, "versions": {}}
             return table
         as_of = self.as_of_barrier is not None or self.as_of_timestamp is not None
@@ -189,10 +189,10 @@ class Session:
             if self.held is None:
                 self.held = open_snapshot(names, level, settings=self.settings)
             self.held.extend(names)
-            table = self.held.sql(text)
+            table = self.held.sql(statement.text)
             barrier, versions, data_ts = self.held.barrier, self.held.versions, self.held.data_ts_ms
         else:
-            result = query(text, level if level != ReadLevel.REPEATABLE_READ else ReadLevel.READ_COMMITTED,
+            result = query(statement, level if level != ReadLevel.REPEATABLE_READ else ReadLevel.READ_COMMITTED,
                            self.as_of_barrier, self.as_of_timestamp, self.settings)
             table, barrier, versions, data_ts = result.table, result.barrier, result.versions, result.data_ts_ms
         self.last_read = {"barrier": barrier, "versions": {n: versions[n] for n in names},

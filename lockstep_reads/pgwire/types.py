@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.types as pt
 
 POSTGRES_EPOCH = dt.datetime(2000, 1, 1)
@@ -167,14 +169,66 @@ def binary_value(value: Any, arrow: pa.DataType) -> bytes:
     return packer(value) if packer is not None else text_value(value, arrow)
 
 
-def encode_rows(table: pa.Table, formats: list[int]) -> list[list[bytes | None]]:
-    """Every row of ``table`` as wire values, each column in its format (0 text, 1 binary)."""
-    columns = []
+_BINARY_LAYOUT = {INT2: ">i2", INT4: ">i4", INT8: ">i8", FLOAT4: ">f4", FLOAT8: ">f8"}
+
+
+def _python_values(column: pa.ChunkedArray, fmt: int) -> pa.Array:
+    encode = binary_value if fmt == 1 else text_value
+    kind = column.type
+    return pa.array([None if v is None else encode(v, kind) for v in column.to_pylist()], pa.binary())
+
+
+def wire_values(column: pa.ChunkedArray, fmt: int) -> pa.Array:
+    """A column's values in a format (0 text, 1 binary) as one binary array, NULL where NULL:
+    numbers, strings, booleans and dates by Arrow's compute kernels, the rest value by value."""
+    kind = pg_type(column.type)
+    array = column.combine_chunks()
+    if fmt == 1 and kind in _BINARY_LAYOUT:
+        layout = _BINARY_LAYOUT[kind]
+        size = int(layout[-1])
+        raw = array.fill_null(0).to_numpy(zero_copy_only=False).astype(layout).tobytes()
+        cells = pa.FixedSizeBinaryArray.from_buffers(pa.binary(size), len(array), [None, pa.py_buffer(raw)])
+        return pc.if_else(array.is_null(), pa.scalar(None, pa.binary()), cells.cast(pa.binary()))
+    if fmt == 1 and kind is BOOL:
+        return pc.if_else(array, b"\x01", b"\x00").cast(pa.binary())
+    if fmt == 0 and kind is BOOL:
+        return pc.if_else(array, b"t", b"f").cast(pa.binary())
+    if fmt == 0 and kind in (FLOAT4, FLOAT8):
+        text = pc.cast(array, pa.string())
+        if pc.any(pc.invert(pc.is_finite(array))).as_py():
+            for arrow_text, postgres in (("nan", "NaN"), ("inf", "Infinity"), ("-inf", "-Infinity")):
+                text = pc.replace_substring_regex(text, f"^{arrow_text}$", postgres)
+        return text.cast(pa.binary())
+    if fmt == 0 and kind in (TIMESTAMP, TIMESTAMPTZ):
+        instants = array.cast(pa.timestamp("us", "UTC" if kind is TIMESTAMPTZ else None))
+        text = pc.strftime(instants, format="%Y-%m-%d %H:%M:%S")
+        return (pc.binary_join_element_wise(text, "+00", "") if kind is TIMESTAMPTZ else text).cast(pa.binary())
+    if fmt == 0 and (kind in (INT2, INT4, INT8, NUMERIC, TEXT, DATE) or pt.is_dictionary(array.type)):
+        return pc.cast(array, pa.string()).cast(pa.binary())
+    return _python_values(column, fmt)
+
+
+def data_rows(table: pa.Table, formats: list[int]) -> bytes:
+    """Every row of ``table`` as DataRow messages, one bytes object: each column's cells
+    (length and value, or -1 for NULL) are built by column, then joined row by row in Arrow."""
+    count = table.num_rows
+    if count == 0:
+        return b""
+    cells, sizes = [], np.full(count, 4 + 2, dtype=np.int64)
     for column, fmt in zip(table.columns, formats, strict=True):
-        encode = binary_value if fmt == 1 else text_value
-        kind = column.type
-        columns.append([None if v is None else encode(v, kind) for v in column.to_pylist()])
-    return [list(row) for row in zip(*columns, strict=True)] if columns else []
+        values = wire_values(column, fmt)
+        lengths = pc.binary_length(values).to_numpy(zero_copy_only=False)
+        lengths = np.where(np.isnan(lengths), -1, lengths).astype(np.int64) if lengths.dtype.kind == "f" else lengths
+        prefix = pa.FixedSizeBinaryArray.from_buffers(pa.binary(4), count,
+                                                      [None, pa.py_buffer(lengths.astype(">i4").tobytes())])
+        cells.append(pc.binary_join_element_wise(prefix.cast(pa.binary()), values.fill_null(b""), b""))
+        sizes += 4 + np.maximum(lengths, 0)
+    head = np.zeros(count, dtype=[("kind", "S1"), ("size", ">i4"), ("columns", ">i2")])
+    head["kind"], head["size"], head["columns"] = b"D", sizes, table.num_columns
+    heads = pa.FixedSizeBinaryArray.from_buffers(pa.binary(7), count, [None, pa.py_buffer(head.tobytes())])
+    rows = pc.binary_join_element_wise(heads.cast(pa.binary()), *cells, b"")
+    offsets = np.frombuffer(rows.buffers()[1], dtype=np.int32, count=count + 1, offset=rows.offset * 4)
+    return rows.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]]
 
 
 # --- parameters ---------------------------------------------------------------------------------

@@ -3,7 +3,8 @@ counts the rows whose average price is not the item's unit price: numbers that n
 
 ``lockstep demo`` and the consistency tests both use it. A prober without a Spark session reads
 the light way (``lockstep_reads``: delta-rs and DataFusion in this process, no JVM); with one,
-through Spark's ``open_snapshot``, for comparison.
+through Spark's ``open_snapshot``, for comparison; with a ``dsn``, through ``lockstep serve`` as
+any PostgreSQL client would (a transaction at the level per read).
 
 Example::
 
@@ -73,6 +74,8 @@ class Prober:
     spark: SparkSession | None
     settings: Settings
     memo: bool = False
+    dsn: str | None = None  # read through lockstep serve (psycopg) instead
+    _served: Any = None
     stats: dict[str, LevelStats] = field(default_factory=lambda: {level: LevelStats() for level in ReadLevel})
     evaluated: int = 0
     _memo: dict[tuple[tuple[str, int | None], ...], list[Any]] = field(default_factory=dict)
@@ -81,6 +84,8 @@ class Prober:
         """One read at ``level``; False if no snapshot was possible yet (counted as waiting).
         Raises CoordinatorUnreachable."""
         stats = self.stats[level]
+        if self.dsn is not None:
+            return self._read_served(level, stats)
         try:
             if self.spark is not None:
                 snap: Any = open_snapshot(self.spark, TABLES, level, settings=self.settings)
@@ -109,11 +114,47 @@ class Prober:
             stats.waiting += 1
             stats.last_error = str(exc)
             return False
+        self._count(stats, rows)
+        return True
+
+    @staticmethod
+    def _count(stats: LevelStats, rows: list[Any]) -> None:
         wrong = wrong_prices(rows)
         stats.reads += 1
         stats.rows += len(rows)
         stats.anomalous_rows += wrong
         stats.anomalous_reads += wrong > 0
+
+    def _read_served(self, level: str, stats: LevelStats) -> bool:
+        """One read through ``lockstep serve``: the join in a transaction at the level (SQL's
+        names for the levels), then what the server says it read."""
+        import psycopg
+        from psycopg.rows import dict_row
+
+        if self._served is None or self._served.closed:
+            self._served = psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row)
+        conn = self._served
+        try:
+            with conn.transaction():
+                conn.execute(f"SET TRANSACTION ISOLATION LEVEL {level.replace('-', ' ').upper()}")
+                rows = conn.execute(FLIP_JOIN).fetchall()
+                read = conn.execute("SHOW lockstep.barrier").fetchone()
+                stale = conn.execute("SHOW lockstep.staleness_ms").fetchone()
+        except psycopg.Error as exc:
+            if exc.sqlstate == "58000":
+                raise CoordinatorUnreachable(str(exc)) from exc
+            if exc.sqlstate not in ("55000", "42P01"):
+                raise
+            stats.waiting += 1
+            stats.last_error = str(exc).splitlines()[0]
+            return False
+        self.evaluated += 1
+        stats.evaluated += 1
+        if read and read["lockstep.barrier"] is not None:
+            stats.barriers.add(int(read["lockstep.barrier"]))
+        if stale and stale["lockstep.staleness_ms"] is not None:
+            stats.staleness_ms.append(int(stale["lockstep.staleness_ms"]))
+        self._count(stats, rows)
         return True
 
     def _join(self, snap: Any) -> list[dict[str, Any]]:

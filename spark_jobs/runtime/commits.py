@@ -52,7 +52,7 @@ def barrier_txn(spark: SparkSession, app_id: str, barrier: int, metadata: str,
 # A sink checkpoints its log itself, between barriers, every CHECKPOINT_EVERY commits; Delta's
 # own checkpoint (written inside the commit that reaches its interval) would then only add time
 # to a barrier, so its interval is set out of the way.
-CHECKPOINT_EVERY = 10
+CHECKPOINT_EVERY = 25  # each costs a reconstruction and two Spark jobs; the log between them stays a few kB
 TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.checkpointInterval": "100000"}
 # A table created by its first write gets these properties from the session defaults.
 NEW_TABLE_DEFAULTS = {f"spark.databricks.delta.properties.defaults.{k.removeprefix('delta.')}": v
@@ -86,7 +86,10 @@ class DeltaSink:
 
     def __post_init__(self) -> None:
         self.written = False  # whether the last ``commit`` ran its write (else Delta had it already)
-        self._upkeep = ThreadPoolExecutor(1, thread_name_prefix=f"upkeep-{self.job_id}")
+        # the upkeep's Spark jobs go to the job's own scheduler pool: in the shared default pool they
+        # waited behind other jobs' upkeep and checkpoints, and the next barrier waited for them
+        self._upkeep = ThreadPoolExecutor(1, thread_name_prefix=f"upkeep-{self.job_id}", initializer=lambda: (
+            self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", self.job_id)))
         self._upkeep_done: Future[None] | None = None
         self._commits = 0
         self._history_loaded = False

@@ -85,7 +85,11 @@ def prepare_next_write(spark: SparkSession, path: str, checkpoint: bool, compact
     snapshot = log.unsafeVolatileSnapshot()
     snapshot.transactions()
     if checkpoint:
-        log.checkpointAndCleanUpDeltaLog(snapshot, spark._jvm.scala.Option.empty())  # type: ignore[union-attr]
+        none = spark._jvm.scala.Option.empty()  # type: ignore[union-attr]
+        log.checkpointAndCleanUpDeltaLog(snapshot, none)
+        # the next write's update() sees the new checkpoint and loads a new snapshot: load it and
+        # reconstruct its state now, or that write pays for it on the barrier's path
+        log.update(False, none, none).transactions()
 
 
 def parse_metadata(raw: str | None) -> dict[str, Any]:

@@ -60,6 +60,7 @@ from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.delta_log import appended_files, read_files, read_version, table_bytes
 from spark_jobs.runtime.pruning import KEYS_LIMIT, few_keys, within
 from spark_jobs.runtime.row_wise import failing_rows, key_problem, python_error, row_wise_problem
+from spark_jobs.runtime.session import session_conf
 from spark_jobs.runtime.stopwatch import Stopwatch
 
 log = logging.getLogger(__name__)
@@ -441,7 +442,10 @@ class TableMaintainer:
                     write = lambda: added.write.format("delta").mode("append").save(path)  # noqa: E731
                 elif table_bytes(self.spark, path) <= self.rewrite_limit_bytes:
                     whole = self._rewritten(net, old_sink, work, observation)
-                    write = lambda: self._clustered(whole).mode("overwrite").save(path)  # noqa: E731
+
+                    def write() -> None:  # a small table's shuffles in one task each, into one file
+                        with session_conf(self.spark, {"spark.sql.shuffle.partitions": "1"}):
+                            self._clustered(whole).mode("overwrite").save(path)
                 else:
                     write = None
             if write is None:

@@ -58,6 +58,9 @@ DEFAULT_CONF: dict[str, str] = {
     # docs/benchmarks.md). The check is a diagnostic Delta forces there for timestamps before
     # 1883 in non-UTC zones; Lockstep's sessions compute in UTC, so it is left off.
     "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
+    # a histogram of file sizes is one more aggregate in every reconstruction of a table's state
+    # (before every barrier's write); nothing of Lockstep's reads it
+    "spark.databricks.delta.fileSizeHistogramMetrics.enabled": "false",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
     # Which versions stay readable is Lockstep's vacuum's decision (leases, jobs, retained
     # barriers; ``spark_jobs.ops.vacuum``), not Delta's deletedFileRetentionDuration: a leased

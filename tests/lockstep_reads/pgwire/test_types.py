@@ -20,7 +20,7 @@ from lockstep_reads.pgwire.types import (
     TIMESTAMPTZ,
     ParameterError,
     binary_value,
-    encode_rows,
+    data_rows,
     literal,
     pg_type,
 )
@@ -34,14 +34,40 @@ def test_arrow_types_map_to_postgres_types(arrow: pa.DataType, expected: object)
     assert pg_type(arrow) is expected
 
 
+def rows_of(messages: bytes) -> list[list[bytes | None]]:
+    """DataRow messages read back: each row's values (None for NULL)."""
+    rows, at = [], 0
+    while at < len(messages):
+        assert messages[at:at + 1] == b"D"
+        (size,) = struct.unpack_from("!I", messages, at + 1)
+        end, (count,), at = at + 1 + size, struct.unpack_from("!h", messages, at + 5), at + 7
+        values: list[bytes | None] = []
+        for _ in range(count):
+            (length,) = struct.unpack_from("!i", messages, at)
+            values.append(None if length < 0 else messages[at + 4:at + 4 + length])
+            at += 4 + max(length, 0)
+        assert at == end, "a row's length is the sum of its values'"
+        rows.append(values)
+    return rows
+
+
 def test_rows_in_text_format_read_as_postgres_prints_them() -> None:
     table = pa.table({"b": [True, None], "f": [250.0, float("nan")], "d": [Decimal("1.50"), Decimal("-0.01")],
-                      "t": pa.array([dt.datetime(2026, 1, 2, 3, 4, 5, 6)] * 2, pa.timestamp("us", "UTC")),
-                      "x": [b"\x00\xff", b""], "l": [[1, None], []]})
-    assert encode_rows(table, [0] * 6) == [
-        [b"t", b"250", b"1.50", b"2026-01-02 03:04:05.000006+00", b"\\x00ff", b"[1, null]"],
-        [None, b"NaN", b"-0.01", b"2026-01-02 03:04:05.000006+00", b"\\x", b"[]"],
+                      "t": pa.array([dt.datetime(2026, 1, 2, 3, 4, 5, 6), None], pa.timestamp("us", "UTC")),
+                      "x": [b"\x00\xff", b""], "l": [[1, None], []], "s": ["é", None]})
+    assert rows_of(data_rows(table, [0] * 7)) == [
+        [b"t", b"250", b"1.50", b"2026-01-02 03:04:05.000006+00", b"\\x00ff", b"[1, null]", "é".encode()],
+        [None, b"NaN", b"-0.01", None, b"\\x", b"[]", None],
     ]
+
+
+def test_rows_in_binary_format_and_a_mix_of_formats() -> None:
+    table = pa.table({"n": pa.array([7, None], pa.int64()), "f": [0.5, -1.0], "b": [False, True], "s": ["x", "y"]})
+    assert rows_of(data_rows(table, [1, 1, 1, 0])) == [
+        [struct.pack("!q", 7), struct.pack("!d", 0.5), b"\x00", b"x"],
+        [None, struct.pack("!d", -1.0), b"\x01", b"y"],
+    ]
+    assert data_rows(table.slice(0, 0), [0] * 4) == b""
 
 
 @pytest.mark.parametrize(("value", "expected"), [
