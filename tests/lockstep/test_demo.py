@@ -41,9 +41,13 @@ def generators_running(rate: str) -> list[int]:
 
 
 def test_demo_reads_consistently_and_stops_what_it_started(demo_env: dict[str, str]) -> None:
-    done = run_lockstep("demo", "--seconds", "35", "--warmup", "5", "--rate", "301", env=demo_env, timeout=500)
+    """Read through ``lockstep serve`` (the demo's other readers are checked in test_reads and
+    test_snapshot): its server starts, reads at every level and stops with the demo."""
+    done = run_lockstep("demo", "--seconds", "35", "--warmup", "5", "--rate", "301", "--reader", "serve", env=demo_env,
+                        timeout=500)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
+    assert "reading through lockstep serve on 127.0.0.1:" in out
     assert "using the Kafka broker at" in out and "starting a coordinator worker" in out
     assert "OK: read-committed" in out and "read-uncommitted:" in out
     assert "summary:" in out and "E2E p50" in out and "bottleneck" in out

@@ -35,8 +35,17 @@ def rows(table: object) -> list[tuple]:
     return sorted(tuple(r.values()) for r in table.to_pylist())  # type: ignore[attr-defined]
 
 
-def test_each_read_level_reads_what_spark_reads(clicks_pipeline: tuple[Settings, Clicks], spark: SparkSession) -> None:
+def test_each_read_level_reads_what_spark_reads_and_what_cannot_be_read_says_why(
+        clicks_pipeline: tuple[Settings, Clicks], spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pipeline for several reads (each pipeline costs the suite most of a minute)."""
     settings, clicks = clicks_pipeline
+    read_levels(settings, clicks, spark)
+    lockstep_query_without_pyspark(settings, clicks)
+    errors(settings)
+    vacuumed_under_a_read(settings, clicks, spark, monkeypatch)  # last: it vacuums per_page
+
+
+def read_levels(settings: Settings, clicks: Clicks, spark: SparkSession) -> None:
     with open_snapshot(TABLES, settings=settings) as snap:
         assert snap.barrier is not None and set(snap.versions) == set(TABLES) and not snap.leases
         per_page = snap.table("per_page")
@@ -77,8 +86,8 @@ def test_each_read_level_reads_what_spark_reads(clicks_pipeline: tuple[Settings,
     assert lease_id not in read_state(settings).leases
 
 
-def test_lockstep_query_reads_without_pyspark_or_a_jvm(clicks_pipeline: tuple[Settings, Clicks]) -> None:
-    settings, clicks = clicks_pipeline
+def lockstep_query_without_pyspark(settings: Settings, clicks: Clicks) -> None:
+    """``lockstep query`` in a process where pyspark cannot be imported: no JVM either."""
     env = {"PATH": "/usr/bin:/bin", "LOCKSTEP_BOOTSTRAP": settings.bootstrap, "LOCKSTEP_WAREHOUSE": settings.warehouse,
            "LOCKSTEP_COORDINATOR_URL": settings.coordinator_url, "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix}
     blocked = ("import sys\nfor name in ('pyspark', 'py4j', 'delta'):\n    sys.modules[name] = None\n"
@@ -91,8 +100,7 @@ def test_lockstep_query_reads_without_pyspark_or_a_jvm(clicks_pipeline: tuple[Se
     assert re.fullmatch(r"barrier \d+; versions per_page=\d+\n", done.stderr)
 
 
-def test_what_cannot_be_read_says_why(clicks_pipeline: tuple[Settings, Clicks]) -> None:
-    settings, _ = clicks_pipeline
+def errors(settings: Settings) -> None:
     with pytest.raises(SnapshotError, match="unknown table.*nope"):
         query("SELECT * FROM nope", settings=settings)
     with pytest.raises(Refused, match="DELETE is not allowed"):
@@ -107,10 +115,9 @@ def test_what_cannot_be_read_says_why(clicks_pipeline: tuple[Settings, Clicks]) 
         query("SELECT * FROM clicks", settings=down)
 
 
-def test_a_version_vacuumed_under_a_read(clicks_pipeline: tuple[Settings, Clicks], spark: SparkSession,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Read-committed reads again at the newest barrier; a pinned past is an error."""
-    settings, clicks = clicks_pipeline
+def vacuumed_under_a_read(settings: Settings, clicks: Clicks, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A version vacuumed under a read: read-committed reads again at the newest barrier; a
+    pinned past is an error."""
     old = read_state(settings).common_barrier(TABLES)
     assert old is not None
     for _ in range(3):  # per_page rewrites its one file at each barrier that changes it

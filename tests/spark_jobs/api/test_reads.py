@@ -64,6 +64,12 @@ def test_consistent_reads_while_the_pipeline_runs(
             if prober.stats["read-committed"].reads % 50 == 0:
                 prober.read("read-uncommitted")
         stats = prober.stats
+        light = Prober(None, settings)  # the same reads without Spark (lockstep_reads), against the same writers
+        for _ in range(20):
+            for level in ("read-committed", "repeatable-read", "read-uncommitted"):
+                light.read(level)
+        assert all(light.stats[level].reads == 20 and light.stats[level].anomalous_reads == 0
+                   for level in ("read-committed", "repeatable-read")), light.stats
         # repeatable read: the same answer while writers move on; its lease is visible, then gone
         with open_snapshot(spark, ["user_item_amount", "user_item_price"], "repeatable-read", settings=settings) as snap:
             first = sorted(tuple(r) for r in snap.sql(FLIP_JOIN).collect())
