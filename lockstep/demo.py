@@ -139,7 +139,10 @@ def _coordinator(settings: Settings, say: Callable[[str], None]) -> Iterator[Non
     if url.hostname not in ("127.0.0.1", "localhost") or url.port is None:
         raise DemoError(f"no coordinator answers at LOCKSTEP_COORDINATOR_URL={settings.coordinator_url} and the demo only "
                         "starts one on 127.0.0.1:<port>; start it there with `lockstep worker`, or unset the variable")
-    worker = WorkerProcess(_child_env(settings), url.port, settings.home / "logs" / "worker.log")
+    # one barrier in flight unless set: the demo's jobs are fused into one Spark pass on one machine,
+    # where a second barrier only waits behind the first and adds that wait to every read's staleness
+    env = {"LOCKSTEP_BARRIER_MAX_INFLIGHT": "1", **_child_env(settings)}
+    worker = WorkerProcess(env, url.port, settings.home / "logs" / "worker.log")
     say(f"starting a coordinator worker on {worker.url} (log {worker.log}) ...")
     worker.start()  # WorkerError (could not start, exit 4) names its log
     say(f"live page: {settings.page_url} (tables, jobs, freshness, barriers; it updates itself)")

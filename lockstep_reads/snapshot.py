@@ -28,7 +28,7 @@ import pyarrow as pa
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from coordinator.client.clock import now_ms
-from coordinator.client.snapshots import Lease, Pinned, SnapshotError, pin, takes_lease
+from coordinator.client.snapshots import Lease, Pinned, SnapshotError, pin, pin_for_read
 from coordinator.client.state import read_state
 from coordinator.domain.lineage import LineageTable, lineage_rows
 from coordinator.domain.snapshot import ReadLevel
@@ -162,8 +162,7 @@ def open_snapshot(
     cannot read) or ``CoordinatorUnreachable`` naming the URL.
     """
     settings = settings or Settings.from_env(kafka=False)
-    pinned = pin(settings, tables, consistency, as_of_barrier, as_of_timestamp)
-    lease = Lease.take(settings, pinned, lease_ttl_ms) if takes_lease(consistency, as_of_barrier, as_of_timestamp) else None
+    pinned, lease = pin_for_read(settings, tables, consistency, as_of_barrier, as_of_timestamp, lease_ttl_ms)
     try:
         return Snapshot.of(settings, pinned, lease)
     except BaseException:

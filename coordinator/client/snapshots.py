@@ -100,6 +100,15 @@ def pin(settings: Settings, tables: Sequence[str] | None, level: str = ReadLevel
     return Pinned(level, answer["barrier"], answer["versions"], answer.get("data_ts_ms"))
 
 
+def pin_for_read(settings: Settings, tables: Sequence[str] | None, level: str, as_of_barrier: int | None = None,
+                 as_of_timestamp: int | None = None, lease_ttl_ms: int = 30_000) -> tuple[Pinned, Lease | None]:
+    """``pin``, and the lease the level takes (repeatable-read of the present): what every
+    reader's ``open_snapshot`` does first, whatever engine reads the versions then."""
+    pinned = pin(settings, tables, level, as_of_barrier, as_of_timestamp)
+    lease = Lease.take(settings, pinned, lease_ttl_ms) if takes_lease(level, as_of_barrier, as_of_timestamp) else None
+    return pinned, lease
+
+
 def takes_lease(level: str, as_of_barrier: int | None = None, as_of_timestamp: int | None = None) -> bool:
     """Repeatable-read of the present holds a lease; reads of the past and the other levels do not.
 

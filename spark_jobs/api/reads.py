@@ -31,7 +31,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
-from coordinator.client.snapshots import CoordinatorUnreachable, Lease, SnapshotError, close_clients, pin, takes_lease
+from coordinator.client.snapshots import CoordinatorUnreachable, Lease, SnapshotError, close_clients, pin_for_read
 from coordinator.domain.snapshot import HIDDEN, ReadLevel
 from coordinator.settings import Settings
 from coordinator.spark_sql import SPARK
@@ -152,6 +152,5 @@ def open_snapshot(
     unreachable coordinator (naming its URL).
     """
     settings = settings or Settings.from_env()
-    pinned = pin(settings, tables, consistency, as_of_barrier, as_of_timestamp)
-    lease = Lease.take(settings, pinned, lease_ttl_ms) if takes_lease(consistency, as_of_barrier, as_of_timestamp) else None
+    pinned, lease = pin_for_read(settings, tables, consistency, as_of_barrier, as_of_timestamp, lease_ttl_ms)
     return ConsistentSnapshot(spark, settings, consistency, pinned.barrier, dict(pinned.versions), pinned.data_ts_ms, lease)

@@ -78,7 +78,7 @@ class Prober:
     _served: Any = None
     stats: dict[str, LevelStats] = field(default_factory=lambda: {level: LevelStats() for level in ReadLevel})
     evaluated: int = 0
-    _memo: dict[tuple[tuple[str, int | None], ...], list[Any]] = field(default_factory=dict)
+    _memo: dict[Any, list[Any]] = field(default_factory=dict)  # versions read -> the join's rows
 
     def read(self, level: str) -> bool:
         """One read at ``level``; False if no snapshot was possible yet (counted as waiting).
@@ -101,9 +101,7 @@ class Prober:
                     self.evaluated += 1
                     stats.evaluated += 1
                     if key is not None:
-                        self._memo[key] = rows
-                        if len(self._memo) > MEMO_SIZE:  # readers move forward: keep the newest few
-                            del self._memo[next(iter(self._memo))]
+                        self._remember(key, rows)
                 if snap.data_ts_ms is not None:
                     stats.staleness_ms.append(int(time.time() * 1000) - snap.data_ts_ms)
                 if snap.barrier is not None:
@@ -127,7 +125,10 @@ class Prober:
 
     def _read_served(self, level: str, stats: LevelStats) -> bool:
         """One read through ``lockstep serve``: the join in a transaction at the level (SQL's
-        names for the levels), then what the server says it read."""
+        names for the levels), then what the server says it read. With ``memo`` a statement
+        that reads no rows pins the snapshot first, and the join runs only for versions not read
+        before (at read-uncommitted the join may then read newer versions: its rows are kept
+        under the versions it read)."""
         import psycopg
         from psycopg.rows import dict_row
 
@@ -137,7 +138,16 @@ class Prober:
         try:
             with conn.transaction():
                 conn.execute(f"SET TRANSACTION ISOLATION LEVEL {level.replace('-', ' ').upper()}")
-                rows = conn.execute(FLIP_JOIN).fetchall()
+                rows = None
+                if self.memo:
+                    conn.execute(f"{FLIP_JOIN} LIMIT 0")  # pins this read's snapshot, reads no rows
+                    rows = self._memo.get(self._served_versions(conn))
+                if rows is None:
+                    rows = conn.execute(FLIP_JOIN).fetchall()
+                    self.evaluated += 1
+                    stats.evaluated += 1
+                    if self.memo:
+                        self._remember(self._served_versions(conn), rows)
                 read = conn.execute("SHOW lockstep.barrier").fetchone()
                 stale = conn.execute("SHOW lockstep.staleness_ms").fetchone()
         except psycopg.Error as exc:
@@ -148,8 +158,6 @@ class Prober:
             stats.waiting += 1
             stats.last_error = str(exc).splitlines()[0]
             return False
-        self.evaluated += 1
-        stats.evaluated += 1
         if read and read["lockstep.barrier"] is not None:
             stats.barriers.add(int(read["lockstep.barrier"]))
         if stale and stale["lockstep.staleness_ms"] is not None:
@@ -157,7 +165,11 @@ class Prober:
         self._count(stats, rows)
         return True
 
-    def _join(self, snap: Any) -> list[dict[str, Any]]:
-        if self.spark is not None:
-            return [r.asDict() for r in snap.sql(FLIP_JOIN).collect()]
-        return snap.sql(FLIP_JOIN).to_pylist()
+    @staticmethod
+    def _served_versions(conn: Any) -> Any:
+        return conn.execute("SHOW lockstep.versions").fetchone()["lockstep.versions"]
+
+    def _remember(self, key: Any, rows: list[Any]) -> None:
+        self._memo[key] = rows
+        if len(self._memo) > MEMO_SIZE:  # readers move forward: keep the newest few
+            del self._memo[next(iter(self._memo))]

@@ -14,7 +14,7 @@ import time
 import pytest
 from pyspark.sql import SparkSession
 
-import lockstep_reads.snapshot as light
+import coordinator.client.snapshots as snapshots
 from coordinator.client.rest import get_json
 from coordinator.client.snapshots import CoordinatorUnreachable, SnapshotError, pin
 from coordinator.client.state import read_state
@@ -136,7 +136,7 @@ def vacuumed_under_a_read(settings: Settings, clicks: Clicks, spark: SparkSessio
         asked.append(pinned.barrier)
         return pinned
 
-    monkeypatch.setattr(light, "pin", stale_first)
+    monkeypatch.setattr(snapshots, "pin", stale_first)  # where every open_snapshot pins
     result = query("SELECT SUM(views) AS n FROM per_page", settings=settings)
     assert asked[0] == old and result.barrier == asked[-1] and result.barrier > old
     assert result.table.to_pylist()[0]["n"] == clicks.sent
