@@ -165,6 +165,11 @@ class Prober:
         self._count(stats, rows)
         return True
 
+    def _join(self, snap: Any) -> list[dict[str, Any]]:
+        if self.spark is not None:
+            return [r.asDict() for r in snap.sql(FLIP_JOIN).collect()]
+        return snap.sql(FLIP_JOIN).to_pylist()
+
     @staticmethod
     def _served_versions(conn: Any) -> Any:
         return conn.execute("SHOW lockstep.versions").fetchone()["lockstep.versions"]
