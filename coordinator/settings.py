@@ -60,7 +60,7 @@ class KafkaSecurity:
     protocol: str = "PLAINTEXT"
     mechanism: str | None = None  # SASL only
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)  # never in a repr, a log line or an error
     ca_location: str | None = None  # TLS: the CA certificates (PEM) that signed the brokers' certificates
 
     @property
@@ -100,7 +100,7 @@ class S3Access:
 
     endpoint: str | None = None
     access_key: str | None = None
-    secret_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
 
     def hadoop_conf(self) -> dict[str, str]:
         """``fs.s3a.*`` settings (Spark takes them as ``spark.hadoop.fs.s3a.*``)."""
@@ -146,7 +146,7 @@ class Settings:
     coordinator_url: str = "http://127.0.0.1:6066"
     topic_prefix: str = "lockstep"
     replication_factor: int = 1
-    kafka_client: Mapping[str, str] = field(default_factory=dict)
+    kafka_client: Mapping[str, str] = field(default_factory=dict, repr=False)  # holds the SASL password
     retain_barriers: int = 100  # vacuum keeps the exact points of this many newest barriers
     barriers: BarrierConfig = BarrierConfig()  # spacing, backpressure, liveness, catch-up stride
     schemas: Path | None = None  # the Avro schemas; None: schemas/ of this checkout

@@ -147,3 +147,36 @@ def lineage_named(tree: exp.Expression) -> bool:
     """Whether a query reads a lineage table (``__meta_*``), built from the coordinator's state."""
     return any(isinstance(t.this, exp.Identifier) and folded(t.this) in LINEAGE_TABLES and not folded(t.args.get("db"))
                for t in tree.find_all(exp.Table))
+
+
+JVM_CALLS = frozenset({"reflect", "java_method", "try_reflect"})  # Spark SQL functions that call any Java method
+
+
+def require_spark_read(sql: str) -> None:
+    """Refuse Spark SQL that ``lockstep query --engine spark`` must not run: anything but one
+    query (writes, DDL, ``ADD JAR``, ``SET``, ``CACHE``), a JVM method call (``reflect``,
+    ``java_method``), or a file read by its path (``parquet.`/etc```): a reader names tables only.
+
+    >>> require_spark_read("SELECT shop, SUM(amount) FROM sales GROUP BY shop")
+    >>> require_spark_read("SELECT java_method('java.lang.System', 'exit', 1)")
+    Traceback (most recent call last):
+    ...
+    lockstep_reads.statements.Refused: java_method() is not allowed: it calls Java methods; a read runs SQL only
+    """
+    try:
+        trees = [tree for tree in sqlglot.parse(sql, read="spark") if tree is not None]
+    except (ParseError, TokenError) as exc:
+        raise StatementError(f"the SQL does not parse: {first_error(exc)}") from exc
+    if len(trees) != 1:
+        raise Refused(f"run one statement at a time (got {len(trees)})")
+    tree, first = trees[0], (sql.split(None, 1) or [""])[0].upper().lstrip("(")
+    if not (isinstance(tree, exp.Query | exp.Values) and first in READS):
+        raise Refused(f"{first or 'an empty statement'} is not allowed: Lockstep's tables are read-only here "
+                      "(pipelines write them); run SELECT, WITH or VALUES")
+    for call in tree.find_all(exp.Anonymous):
+        if call.name.lower() in JVM_CALLS:
+            raise Refused(f"{call.name.lower()}() is not allowed: it calls Java methods; a read runs SQL only")
+    for table in tree.find_all(exp.Table):
+        if table.db:
+            raise Refused(f"{table.db}.`{table.name}` is not allowed: a read names Lockstep's tables, not files or "
+                          "other catalogs")

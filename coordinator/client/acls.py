@@ -1,16 +1,21 @@
 """The Kafka ACLs each Lockstep principal needs on a cluster that authorises (and granting them).
 
-Three roles, so that only the coordinator can write what the coordinator's state is made of:
+Four roles (``coordinator.domain.roles``), so that only the coordinator writes what the
+coordinator's state is made of, and each other role writes only the command topics of the
+roles it includes; what it may do with a command is decided by the coordinator:
 
 * ``coordinator`` (``lockstep worker``): creates, reads and writes the topics under the prefix
   (registry, barriers, leases, outcomes; tombstones on completions) and keeps their configs
   (``coordinator.client.topics``), joins its consumer group,
   writes through its transactional id (the fenced leader), and describes the data topics to
   cut barriers at their end offsets.
-* ``job`` (``lockstep run``, the Spark jobs): reads the topics under the prefix and the data
-  topics, writes commands (register, renew, stop) and completions.
-* ``reader`` (``open_snapshot``, the CLI): reads the topics under the prefix and writes
-  commands (leases, revisions, drops; the coordinator decides them).
+* ``operator`` (``lockstep stop``, ``revise``, ``drop``): reads every topic under the prefix and
+  writes the operator's, job's and reader's command topics.
+* ``job`` (``lockstep run``, the Spark jobs): reads the state topics, the outcomes and the data
+  topics, writes the job's and reader's command topics and completions.
+* ``reader`` (``open_snapshot``, ``lockstep query``, ``lockstep serve``): reads the state topics and
+  the outcomes, writes the reader's command topic (leases). It cannot read the command topics,
+  where the lease secrets of other readers travel.
 
 A principal with none of these cannot write a command or forge a state record.
 
@@ -35,9 +40,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # exported, n
 
 from coordinator.client.topics import Topics
 from coordinator.domain.errors import UsageError
+from coordinator.domain.roles import Role
 from coordinator.settings import Settings
 
-ROLES = ("coordinator", "job", "reader")
+ROLES = tuple(role.value for role in Role)
+INCLUDES = {Role.READER: (Role.READER,), Role.JOB: (Role.JOB, Role.READER),
+            Role.OPERATOR: (Role.OPERATOR, Role.JOB, Role.READER)}  # whose command topics a role writes
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,7 @@ def grants(role: str, topics: Topics, data_topics: Iterable[str] = ()) -> list[G
     read = (AclOperation.READ, AclOperation.DESCRIBE)
     prefix = topics.prefix
     common = [Grant(ResourceType.GROUP, prefix, True, (AclOperation.READ, AclOperation.DESCRIBE))]
-    if role == "coordinator":
+    if role == Role.COORDINATOR:
         return [
             *common,
             Grant(ResourceType.TOPIC, prefix, True, (*read, AclOperation.WRITE, AclOperation.CREATE,
@@ -66,12 +74,14 @@ def grants(role: str, topics: Topics, data_topics: Iterable[str] = ()) -> list[G
                   (AclOperation.WRITE, AclOperation.DESCRIBE)),
             *(Grant(ResourceType.TOPIC, t, False, (AclOperation.DESCRIBE,)) for t in data_topics),
         ]
-    writes = [topics.commands, topics.completions] if role == "job" else [topics.commands]
+    reads = ([Grant(ResourceType.TOPIC, prefix, True, read)] if role == Role.OPERATOR else
+             [Grant(ResourceType.TOPIC, t, False, read) for t in (*topics.state, topics.outcomes)])
+    writes = [topics.commands_of(r) for r in INCLUDES[Role(role)]] + ([topics.completions] if role == Role.JOB else [])
     return [
         *common,
-        Grant(ResourceType.TOPIC, prefix, True, read),
+        *reads,
         *(Grant(ResourceType.TOPIC, t, False, (AclOperation.WRITE,)) for t in writes),
-        *(Grant(ResourceType.TOPIC, t, False, read) for t in (data_topics if role == "job" else ())),
+        *(Grant(ResourceType.TOPIC, t, False, read) for t in (data_topics if role == Role.JOB else ())),
     ]
 
 

@@ -18,6 +18,7 @@ from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import Command, CommandOutcome
 from coordinator.domain.errors import LockstepError, NotAuthorised, Unreachable
+from coordinator.domain.roles import DEFAULT_ROLES, Role
 from coordinator.settings import Settings
 
 
@@ -70,15 +71,17 @@ class CommandClient:
             self._consumer, self._producer = consumer, producer
         return self._consumer, self._producer
 
-    def emit(self, command: Command, timeout: float = 30.0) -> CommandOutcome:
-        """Produce ``command`` and wait for the coordinator's outcome for its request id."""
+    def emit(self, command: Command, timeout: float = 30.0, role: Role | None = None) -> CommandOutcome:
+        """Produce ``command`` to the command topic of ``role`` (default: the command's usual
+        sender, ``roles.DEFAULT_ROLES``) and wait for the coordinator's outcome for its request id."""
+        topic = self.topics.commands_of(role or DEFAULT_ROLES[type(command).__name__])
         with self._lock:
             consumer, producer = self._connect()
             failed: list[KafkaError] = []
-            producer.produce(self.topics.commands, key=command.request_id.encode(), value=self.codec.encode(command),
+            producer.produce(topic, key=command.request_id.encode(), value=self.codec.encode(command),
                              on_delivery=lambda error, _: failed.append(error) if error is not None else None)
             if producer.flush(10) != 0 or failed:
-                raise undelivered(self.settings, self.topics.commands, failed[0] if failed else None)
+                raise undelivered(self.settings, topic, failed[0] if failed else None)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 msg = consumer.poll(0.5)
@@ -116,10 +119,10 @@ def undelivered(settings: Settings, topic: str, error: KafkaError | None) -> Loc
     return Unreachable(f"could not deliver to {topic} on {settings.bootstrap}" + (f": {error.str()}" if error else ""))
 
 
-def emit(settings: Settings, command: Command, timeout: float = 30.0) -> CommandOutcome:
-    """Send one command and wait for its outcome (a fresh connection; see CommandClient)."""
+def emit(settings: Settings, command: Command, timeout: float = 30.0, role: Role | None = None) -> CommandOutcome:
+    """Send one command as ``role`` and wait for its outcome (a fresh connection; see CommandClient)."""
     client = CommandClient(settings)
     try:
-        return client.emit(command, timeout)
+        return client.emit(command, timeout, role)
     finally:
         client.close()

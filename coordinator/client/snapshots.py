@@ -19,6 +19,7 @@ from __future__ import annotations
 import getpass
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -132,6 +133,7 @@ class Lease:
         self.tables = tuple(tables)
         self.ttl_ms = ttl_ms
         self.lease_id = f"rr-{uuid.uuid4().hex[:12]}"
+        self._secret = secrets.token_hex(16)  # proves this holder to the coordinator; shown nowhere
         self.holder = holder or f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}"
         self._held_until = float("inf")  # monotonic time the lease surely holds until
         self._renewal_error = ""
@@ -177,7 +179,8 @@ class Lease:
         sent = time.monotonic()
         try:
             outcome = command_client(self.settings).emit(
-                AcquireLease(new_request_id(), self.lease_id, self.holder, self.tables, self.barrier, self.ttl_ms),
+                AcquireLease(new_request_id(), self.lease_id, self.holder, self.tables, self.barrier, self.ttl_ms,
+                             self._secret),
                 timeout=max(self.ttl_ms / 3000, 1.0))
         except Unreachable as exc:
             raise CoordinatorUnreachable(str(exc)) from exc
@@ -195,7 +198,7 @@ class Lease:
         if self._renewer is not None and self._renewer is not threading.current_thread():
             self._renewer.join(10)
         try:
-            command_client(self.settings).emit(ReleaseLease(new_request_id(), self.lease_id), timeout=5)
+            command_client(self.settings).emit(ReleaseLease(new_request_id(), self.lease_id, self._secret), timeout=5)
         except LockstepError as exc:
             log.warning("could not release lease %s (it expires by itself): %s", self.lease_id, exc)
 

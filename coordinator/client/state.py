@@ -1,7 +1,9 @@
 """Read the compacted state topics from the beginning and fold them: the one way any
 process (worker, ``lockstep replay``, tests, Spark jobs) rebuilds MetaState.
 
-A record that cannot be decoded is logged, counted and skipped; it never stops the reader.
+A record that cannot be decoded, or that its topic may not hold (``roles.STATE_KINDS``: a
+job, which may write completions, cannot drop a table by writing its tombstone there), is
+logged, counted and skipped; it never stops the reader.
 
 Example::
 
@@ -25,6 +27,7 @@ from coordinator.client.offsets import EndOffsets
 from coordinator.client.topics import Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import BarrierCompleted, MetaState, Tombstone, fold
+from coordinator.domain.roles import placement_problem
 from coordinator.domain.validity import record_problem
 from coordinator.settings import Settings
 
@@ -115,7 +118,7 @@ class StateReader:
                 self.stats.decode_errors += 1
                 log.warning("skipped undecodable record %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
                 return
-        if (problem := record_problem(event, key)) is not None:
+        if (problem := placement_problem(self.topics.state_kind(topic), key) or record_problem(event, key)) is not None:
             self.stats.invalid_records += 1
             log.warning("skipped invalid record %s[%d]@%d: %s", topic, msg.partition(), offset, problem)
             return

@@ -29,6 +29,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # exported, n
 )
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from coordinator.domain.roles import Role
 from coordinator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,22 @@ class Topics:
 
     @property
     def commands(self) -> str:
+        """Where clients of a Lockstep without roles sent commands: still read, every one refused
+        (``Coordinator.handle_command`` says to upgrade the client)."""
         return f"{self.prefix}.commands"
+
+    def commands_of(self, role: Role) -> str:
+        """The command topic of ``role``: only its principals may write it (``lockstep acls``)."""
+        return f"{self.prefix}.commands.{role}"
+
+    @property
+    def command_topics(self) -> dict[str, Role | None]:
+        """Every topic the coordinator takes commands from, with the role it speaks for."""
+        return {**{self.commands_of(role): role for role in Role}, self.commands: None}
+
+    def state_kind(self, topic: str) -> str:
+        """A state topic's short name (``registry``, ...), what ``roles.STATE_KINDS`` is keyed by."""
+        return topic.removeprefix(f"{self.prefix}.")
 
     @property
     def outcomes(self) -> str:
@@ -92,7 +108,7 @@ class Topics:
         durable = {"min.insync.replicas": str(min(2, max(1, replication_factor - 1)))}
         return {
             **{name: COMPACTED | durable for name in self.state},
-            self.commands: TIMED | durable,
+            **{name: TIMED | durable for name in self.command_topics},
             self.outcomes: TIMED | durable,
         }
 

@@ -46,6 +46,7 @@ from coordinator.domain.events import (
     lease_key,
     table_key,
 )
+from coordinator.domain.roles import Role, holds_secret, role_problem, secret_digest
 from coordinator.domain.state import MetaState
 from coordinator.domain.validity import name_problem, token_problem
 
@@ -58,12 +59,17 @@ class Decision:
     outcome: CommandOutcome
 
 
-def decide(state: MetaState, command: Command, now_ms: int) -> Decision:
-    """Validate ``command`` against ``state``; accepted -> facts + outcome, else outcome only."""
+def decide(state: MetaState, command: Command, now_ms: int, role: Role | None = None) -> Decision:
+    """Validate ``command`` against ``state``; accepted -> facts + outcome, else outcome only.
+
+    ``role`` is the sender's (``coordinator.domain.roles``: the command topic it came from); the
+    coordinator always passes it. None checks the rules of the state alone (their own tests)."""
     name = type(command).__name__
     try:
         _check_token("request id", command.request_id)
-        facts = tuple(_decide(command, state, now_ms))
+        if role is not None and (problem := role_problem(role, name)) is not None:
+            raise Rejected(problem)
+        facts = tuple(_decide(command, state, now_ms, role))
     except Rejected as exc:
         return Decision((), CommandOutcome(command.request_id, name, False, str(exc), (), now_ms))
     keys = tuple(entity_key(f) for f in facts)
@@ -109,12 +115,12 @@ def _table(state: MetaState, name: str) -> TableState:
 
 
 @singledispatch
-def _decide(command: object, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+def _decide(command: object, state: MetaState, now_ms: int, role: Role | None) -> list[Fact | Tombstone]:
     raise Rejected(f"unknown command type {type(command).__name__}")
 
 
 @_decide.register
-def _(cmd: DeclareTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+def _(cmd: DeclareTable, state: MetaState, now_ms: int, role: Role | None) -> list[Fact | Tombstone]:
     _check_identifier("table name", cmd.name)
     if cmd.kind not in TABLE_KINDS:
         raise Rejected(f"invalid table kind {cmd.kind!r} for {cmd.name!r}: use one of {', '.join(TABLE_KINDS)}")
@@ -137,8 +143,11 @@ def _(cmd: DeclareTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone
 
 
 @_decide.register
-def _(cmd: DropTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
-    _table(state, cmd.name)
+def _(cmd: DropTable, state: MetaState, now_ms: int, role: Role | None) -> list[Fact | Tombstone]:
+    table = _table(state, cmd.name)
+    if role == Role.JOB and (not table.ctas or state.created(cmd.name)):
+        raise Rejected(f"the job role drops only a CREATE TABLE AS SELECT table before its first commit; "
+                       f"{cmd.name!r} is an operator's to drop (docs/security.md)")
     writer = state.writer_of(cmd.name)
     if writer is not None:
         raise Rejected(f"table {cmd.name!r} is written by running job {writer.job_id!r}: stop it first "
@@ -156,7 +165,7 @@ def _(cmd: DropTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
 
 
 @_decide.register
-def _(cmd: RegisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+def _(cmd: RegisterJob, state: MetaState, now_ms: int, role: Role | None) -> list[Fact | Tombstone]:
     _check_identifier("job id", cmd.job_id)
     sink = _table(state, cmd.sink)
     for source in cmd.sources:
@@ -224,7 +233,7 @@ def _check_cycles(state: MetaState, cmd: RegisterJob) -> None:
 
 
 @_decide.register
-def _(cmd: DeregisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+def _(cmd: DeregisterJob, state: MetaState, now_ms: int, role: Role | None) -> list[Fact | Tombstone]:
     job = state.jobs.get(cmd.job_id)
     if job is None:
         raise Rejected(f"unknown job {cmd.job_id!r}")
@@ -240,7 +249,7 @@ def _(cmd: DeregisterJob, state: MetaState, now_ms: int) -> list[Fact | Tombston
 
 
 @_decide.register
-def _(cmd: RenewJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+def _(cmd: RenewJob, state: MetaState, now_ms: int, role: Role | None) -> list[Fact | Tombstone]:
     job = state.jobs.get(cmd.job_id)
     if job is None:
         raise Rejected(f"unknown job {cmd.job_id!r}")
@@ -250,18 +259,22 @@ def _(cmd: RenewJob, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
 
 
 @_decide.register
-def _(cmd: AcquireLease, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+def _(cmd: AcquireLease, state: MetaState, now_ms: int, role: Role | None) -> list[Fact | Tombstone]:
     _check_token("lease id", cmd.lease_id)
     if not cmd.tables:
         raise Rejected(f"lease {cmd.lease_id!r} names no tables")
     if not 0 < cmd.ttl_ms <= MAX_LEASE_TTL_MS:
         raise Rejected(f"lease ttl {cmd.ttl_ms} ms is out of range: use 1 .. {MAX_LEASE_TTL_MS} ms")
     existing = state.leases.get(cmd.lease_id)
-    if existing is not None and (existing.holder != cmd.holder or existing.barrier != cmd.barrier):
+    if existing is not None and (existing.holder != cmd.holder or existing.barrier != cmd.barrier
+                                 or not holds_secret(existing.secret_digest, cmd.secret)):
         raise Rejected(
-            f"lease {cmd.lease_id!r} is held by {existing.holder!r} at barrier {existing.barrier}; "
-            "use another lease id"
+            f"lease {cmd.lease_id!r} is held by {existing.holder!r} at barrier {existing.barrier}; only its "
+            "holder renews it (with its secret): use another lease id"
         )
+    if not cmd.secret:
+        raise Rejected(f"lease {cmd.lease_id!r} has no secret: its holder keeps one to renew and release it "
+                       "(open_snapshot makes one; lockstep emit acquire-lease --secret)")
     versions = []
     for name in sorted(set(cmd.tables)):
         _table(state, name)
@@ -270,18 +283,23 @@ def _(cmd: AcquireLease, state: MetaState, now_ms: int) -> list[Fact | Tombstone
             raise Rejected(f"table {name!r} has no exact point at barrier {cmd.barrier}")
         versions.append(SourceVersion(name, points[cmd.barrier]))
     acquired = existing.acquired_at_ms if existing is not None else now_ms
-    return [LeaseState(cmd.lease_id, cmd.holder, cmd.barrier, tuple(versions), acquired, now_ms + cmd.ttl_ms)]
+    return [LeaseState(cmd.lease_id, cmd.holder, cmd.barrier, tuple(versions), acquired, now_ms + cmd.ttl_ms,
+                       secret_digest(cmd.secret))]
 
 
 @_decide.register
-def _(cmd: ReleaseLease, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
-    if cmd.lease_id not in state.leases:
+def _(cmd: ReleaseLease, state: MetaState, now_ms: int, role: Role | None) -> list[Fact | Tombstone]:
+    lease = state.leases.get(cmd.lease_id)
+    if lease is None:
         raise Rejected(f"unknown lease {cmd.lease_id!r} (already released or expired)")
+    if role not in (None, Role.OPERATOR) and not holds_secret(lease.secret_digest, cmd.secret):
+        raise Rejected(f"lease {cmd.lease_id!r} is released only by its holder, with its secret "
+                       "(or by an operator: lockstep emit --as operator release-lease)")
     return [Tombstone(lease_key(cmd.lease_id))]
 
 
 @_decide.register
-def _(cmd: RequestRevision, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+def _(cmd: RequestRevision, state: MetaState, now_ms: int, role: Role | None) -> list[Fact | Tombstone]:
     table = _table(state, cmd.table)
     if cmd.request_id in table.revision_requests:
         return []  # decided before (a command read again after a failover): done already
@@ -314,7 +332,7 @@ def _(cmd: RequestRevision, state: MetaState, now_ms: int) -> list[Fact | Tombst
 
 
 @_decide.register
-def _(cmd: AbandonTable, state: MetaState, now_ms: int) -> list[Fact | Tombstone]:
+def _(cmd: AbandonTable, state: MetaState, now_ms: int, role: Role | None) -> list[Fact | Tombstone]:
     _table(state, cmd.name)
     if state.created(cmd.name):
         raise Rejected(f"table {cmd.name!r} holds its first commit: it is not abandoned (lockstep drop {cmd.name})")

@@ -123,7 +123,7 @@ class RenewJob:
 
 @dataclass(frozen=True)
 class AcquireLease:
-    """Hold the versions of ``tables`` at exact point ``barrier``; the same id renews."""
+    """Hold the versions of ``tables`` at exact point ``barrier``; the same id and secret renew."""
 
     request_id: str
     lease_id: str
@@ -131,12 +131,14 @@ class AcquireLease:
     tables: tuple[str, ...]
     barrier: int
     ttl_ms: int = 60_000
+    secret: str = ""  # the holder's proof: renewing and releasing need it (the lease keeps only its digest)
 
 
 @dataclass(frozen=True)
 class ReleaseLease:
     request_id: str
     lease_id: str
+    secret: str = ""  # the holder's secret; an operator may release any lease without it
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,7 @@ class LeaseState:
     versions: tuple[SourceVersion, ...]
     acquired_at_ms: int
     expires_at_ms: int
+    secret_digest: str = ""  # roles.secret_digest of the holder's secret ("": held before leases had secrets)
 
 
 @dataclass(frozen=True)

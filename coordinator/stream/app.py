@@ -16,32 +16,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import time
 from collections.abc import Callable
-from dataclasses import asdict
-from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import faust
 from faust.auth import Credentials, SASLCredentials, SSLCredentials
-from faust.web import Request, Response, View
-from prometheus_client import CONTENT_TYPE_LATEST
+from faust.web import Web
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from coordinator.client.clock import now_ms
 from coordinator.client.topics import Topics, ensure_topics
-from coordinator.domain.errors import ExitCode, Rejected
-from coordinator.domain.snapshot import ReadLevel, resolve_snapshot
+from coordinator.domain.errors import ExitCode
 from coordinator.settings import KafkaSecurity, Settings
-from coordinator.stream import views
 from coordinator.stream.coordinator import TICK_MS, Coordinator
-from coordinator.stream.metrics import exposition
+from coordinator.stream.rest import add_views, serve_page
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 PRUNE_S = 5.0  # how often the leader forgets records below the retention floor
 BACKOFF = wait_exponential(multiplier=0.5, max=30)  # 0.5 s, 1 s, 2 s ... at most 30 s between tries
-OVERVIEW_TTL_S = 0.9  # the page polls every second: each open page reuses the same body within it
 COMMAND_TRIES_S = 300.0  # a command still failing after this is skipped (its sender timed out long ago)
 
 
@@ -52,6 +44,9 @@ class LockstepApp(faust.App):
         super().__init__(f"{settings.topic_prefix}-coordinator", **options)
         self.lockstep_settings = settings
         self.lockstep_topics = topics
+
+    def on_webserver_init(self, web: Web) -> None:
+        serve_page(web, self.lockstep_settings)
 
     async def on_first_start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -112,7 +107,7 @@ def create_app(settings: Settings) -> LockstepApp:
         datadir=str(datadir),
         Worker=LockstepWorker,
     )
-    commands_topic = app.topic(topics.commands, key_type=bytes, value_type=bytes)
+    commands_topic = app.topic(*topics.command_topics, key_type=bytes, value_type=bytes)
     ready = asyncio.Event()
     started: list[Coordinator] = []  # the Coordinator, once its state is folded
 
@@ -163,8 +158,10 @@ def create_app(settings: Settings) -> LockstepApp:
     @app.agent(commands_topic)
     async def handle_commands(stream: faust.StreamT) -> None:
         await ready.wait()
-        async for raw in stream:
-            await guarded("deciding a command", lambda raw=raw: coordinator().handle_command(raw), leader_only=False)
+        async for event in stream.events():  # each command with the topic it came from: its sender's role
+            raw, topic = event.value, event.message.topic
+            await guarded("deciding a command", lambda raw=raw, topic=topic: coordinator().handle_command(raw, topic),
+                          leader_only=False)
 
     @app.timer(interval=min(settings.barriers.interval_ms, TICK_MS) / 1000.0, on_leader=True)
     async def barrier_clock() -> None:
@@ -184,154 +181,6 @@ def create_app(settings: Settings) -> LockstepApp:
         if ready.is_set():
             await guarded("expiring leases", coordinator().tick_leases, leader_only=True)
 
-    # -- REST API (read-only views of the folded state) --
-
-    def _state_or_503(web: View) -> Response | None:
-        if not ready.is_set():
-            return web.json({"error": "coordinator is still folding its state; retry shortly"}, status=503)
-        return None
-
-    @app.page("/health")
-    async def health(web: View, request: Request) -> Response:
-        up = ready.is_set()
-        return web.json({"status": "ok" if up else "starting", "leader": app.is_leader() if up else False},
-                        status=200 if up else 503)
-
-    async def under_lock(read: Callable[[Coordinator], T]) -> T:
-        """Run ``read`` on the folded state under the follower's lock, off the event loop: views
-        scan the state, and the loop must stay free for the agents, timers and health checks."""
-        c = coordinator()
-
-        def locked() -> T:
-            with c.follower.reader.lock:
-                return read(c)
-
-        return await asyncio.get_running_loop().run_in_executor(None, locked)
-
-    def liveness() -> tuple[int, int]:
-        return now_ms(), settings.barriers.liveness_ms
-
-    @app.page("/state")
-    async def state_view(web: View, request: Request) -> Response:
-        if (busy := _state_or_503(web)) is not None:
-            return busy
-        return web.json(await under_lock(lambda c: {"state": c.state.canonical(), "hash": c.state.state_hash(),
-                                                    "positions": dict(c.follower.reader.stats.positions)}))
-
-    @app.page("/topology")
-    async def topology_view(web: View, request: Request) -> Response:
-        if (busy := _state_or_503(web)) is not None:
-            return busy
-        return web.json(await under_lock(lambda c: views.topology(c.state, *liveness())))
-
-    @app.page("/tables/{name}")
-    async def table_view(web: View, request: Request, name: str) -> Response:
-        if (busy := _state_or_503(web)) is not None:
-            return busy
-        body = await under_lock(lambda c: views.table(c.state, name))
-        if body is None:
-            return web.json({"error": f"unknown table {name!r}"}, status=404)
-        return web.json(body)
-
-    @app.page("/barriers")
-    async def barriers_view(web: View, request: Request) -> Response:
-        if (busy := _state_or_503(web)) is not None:
-            return busy
-        try:
-            start = _int_param(request, "from", 0) or 0
-            limit = _int_param(request, "limit", 100) or 100
-        except Rejected as exc:
-            return web.json({"error": str(exc)}, status=400)
-        return web.json(await under_lock(lambda c: views.barriers(c.state, start, limit)))
-
-    @app.page("/snapshot")
-    async def snapshot_view(web: View, request: Request) -> Response:
-        if (busy := _state_or_503(web)) is not None:
-            return busy
-        names = [t for t in request.query.get("tables", "").split(",") if t]
-        try:
-            level = request.query.get("level", ReadLevel.READ_COMMITTED)
-            as_of_barrier = _int_param(request, "as_of_barrier", None)
-            as_of_timestamp = _int_param(request, "as_of_timestamp", None)
-            snap = await under_lock(lambda c: resolve_snapshot(c.state, names, level, as_of_barrier, as_of_timestamp))
-        except Rejected as exc:
-            return web.json({"error": str(exc)}, status=400)
-        return web.json(views.snapshot(snap, settings))
-
-    @app.page("/delays")
-    async def delays_view(web: View, request: Request) -> Response:
-        if (busy := _state_or_503(web)) is not None:
-            return busy
-        try:
-            last = _int_param(request, "last", 100) or 100
-            since_ms = _int_param(request, "since_ms", None)
-        except Rejected as exc:
-            return web.json({"error": str(exc)}, status=400)
-        return web.json(await under_lock(lambda c: views.delays(c.state, *liveness(), last, since_ms)))
-
-    overview_cache: dict[str, tuple[float, object]] = {}  # one body a second, however many pages are open
-
-    @app.page("/overview")
-    async def overview_view(web: View, request: Request) -> Response:
-        if (busy := _state_or_503(web)) is not None:
-            return busy
-        at, body = overview_cache.get("body", (0.0, None))
-        if body is None or time.monotonic() - at >= OVERVIEW_TTL_S:
-            body = await under_lock(lambda c: views.overview(c.state, *liveness(), list(c.rejections), c.started_at_ms))
-            overview_cache["body"] = (time.monotonic(), body)
-        return web.json(body)
-
-    @app.page("/")
-    async def page_view(web: View, request: Request) -> Response:
-        return _static(web, "index.html")
-
-    @app.page("/page/{name}")
-    async def page_file(web: View, request: Request, name: str) -> Response:
-        return _static(web, name)
-
-    @app.page("/page/vendor/{name}")
-    async def page_vendor_file(web: View, request: Request, name: str) -> Response:
-        return _static(web, f"vendor/{name}")
-
-    @app.page("/metrics")
-    async def metrics_view(web: View, request: Request) -> Response:
-        if (busy := _state_or_503(web)) is not None:
-            return busy
-
-        def text(c: Coordinator, backlog: dict[str, int] | None) -> bytes:
-            stats = c.follower.reader.stats
-            counters = {**asdict(c.counters), "events_folded": stats.events_folded, "decode_errors": stats.decode_errors,
-                        "unknown_entities": stats.unknown_entities, "invalid_records": stats.invalid_records}
-            return exposition(c.metrics, c.state, counters, *liveness(), backlog)
-
-        try:
-            backlog: dict[str, int] | None = await asyncio.get_running_loop().run_in_executor(None, coordinator().kafka_backlog)
-        except Exception as exc:  # noqa: BLE001 - Kafka unreachable: the scrape still answers, without the backlog
-            log.warning("no Kafka backlog for /metrics: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-            backlog = None
-        return web.bytes(await under_lock(lambda c: text(c, backlog)), content_type=CONTENT_TYPE_LATEST.split(";")[0])
-
+    add_views(app, settings, coordinator, ready)
     return app
 
-
-PAGE = Path(__file__).with_name("page")  # the live page: index.html, its script and style, vendor/ (uPlot)
-CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
-
-
-def _static(web: View, name: str) -> Response:
-    """A file of the live page; 404 for anything else (names are one path segment, no ``..``)."""
-    path = PAGE / name
-    if path.suffix not in CONTENT_TYPES or ".." in name or not path.is_file():
-        hint = " (the charting library is fetched by scripts/setup)" if name.startswith("vendor/") else ""
-        return web.json({"error": f"no page file {name!r}{hint}"}, status=404)
-    return web.bytes(path.read_bytes(), content_type=CONTENT_TYPES[path.suffix])
-
-
-def _int_param(request: Request, name: str, default: int | None) -> int | None:
-    raw = request.query.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise Rejected(f"query parameter {name}={raw!r} must be a whole number") from None

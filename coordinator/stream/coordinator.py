@@ -24,8 +24,10 @@ from coordinator.domain import (
     AbandonTable,
     BarrierAnnounced,
     BarrierCompleted,
+    Command,
     CommandOutcome,
     CutEntry,
+    Decision,
     Fact,
     JobState,
     LeaseState,
@@ -42,6 +44,7 @@ from coordinator.domain.delays import kafka_backlog
 from coordinator.domain.events import split_key
 from coordinator.domain.pacer import Pacer
 from coordinator.domain.pruning import prunable
+from coordinator.domain.roles import Role
 from coordinator.faults import crash_point
 from coordinator.settings import Settings
 from coordinator.stream.fencing import Fenced, FencedWriter
@@ -166,20 +169,32 @@ class Coordinator:
 
     # -- commands --------------------------------------------------------------------------------
 
-    def handle_command(self, raw: bytes | None) -> CommandOutcome | None:
+    def handle_command(self, raw: bytes | None, topic: str) -> CommandOutcome | None:
+        """Decide one command from ``topic`` with the role that topic speaks for
+        (``Topics.command_topics``); the pre-role topic's commands are all refused."""
         try:
             command = self.codec.decode(raw or b"")
         except DecodeError as exc:
             self.counters.command_decode_errors += 1
-            log.warning("skipped undecodable command: %s", exc)
+            log.warning("skipped undecodable command on %s: %s", topic, exc)
             return None
         if not hasattr(command, "request_id"):
             self.counters.command_decode_errors += 1
-            log.warning("skipped %s on the commands topic: it is not a command", type(command).__name__)
+            log.warning("skipped %s on %s: it is not a command", type(command).__name__, topic)
             return None
         self.follower.wait_current()
+        role = self.topics.command_topics.get(topic)
         with self.follower.reader.lock:
-            decision = decide(self.state, command, now_ms())
+            if role is None:
+                decision = refused(command, f"{topic} is no longer read: this client predates roles; upgrade it "
+                                   f"(commands go to {self.topics.prefix}.commands.<role>, docs/security.md)")
+            else:
+                try:
+                    decision = decide(self.state, command, now_ms(), role)
+                except Exception as exc:  # noqa: BLE001 - a poison command: refused with why, never retried
+                    log.exception("could not decide %s %s", type(command).__name__, command.request_id)
+                    decision = refused(command, f"the coordinator could not decide it ({type(exc).__name__}: {exc}); "
+                                       "this is a bug, please report it")
         if decision.facts:
             self.write(list(decision.facts))
         self.producer.produce(self.topics.outcomes, key=command.request_id.encode(), value=self.codec.encode(decision.outcome))
@@ -279,7 +294,8 @@ class Coordinator:
                 continue
             self._proposed[table] = now
             command = AbandonTable(new_request_id(), table, silent_ms)
-            self.producer.produce(self.topics.commands, key=command.request_id.encode(), value=self.codec.encode(command))
+            self.producer.produce(self.topics.commands_of(Role.COORDINATOR), key=command.request_id.encode(),
+                                  value=self.codec.encode(command))
         if tables:
             self.producer.flush(30)
 
@@ -292,3 +308,8 @@ class Coordinator:
             self.counters.leases_expired += len(expired)
             return len(expired)
         return 0
+
+
+def refused(command: Command, reason: str) -> Decision:
+    """The decision that refuses ``command`` for ``reason`` before its rules are asked."""
+    return Decision((), CommandOutcome(command.request_id, type(command).__name__, False, reason, (), now_ms()))

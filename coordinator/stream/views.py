@@ -107,7 +107,8 @@ def overview(state: MetaState, now_ms: int, liveness_ms: int, rejections: list[d
             tuple(sorted((j.sink, j.sql) for j in state.active_jobs() if j.sql))),
         "barriers": [{"barrier": b, "ts_ms": state.barriers[b].ts_ms, "committed": committed[b], "of": len(catalog)}
                      for b in newest],
-        "leases": [to_record(lease) for _, lease in sorted(state.leases.items())],
+        "leases": [{k: v for k, v in to_record(lease).items() if k != "secret_digest"}  # the page needs no proof
+                   for _, lease in sorted(state.leases.items())],
         "rejections": rejections,
     }
 

@@ -17,6 +17,7 @@ from rich.table import Table
 from coordinator.client.commands import emit
 from coordinator.domain import Command, CommandOutcome
 from coordinator.domain.errors import Rejected, Terminated
+from coordinator.domain.roles import Role
 from coordinator.domain.snapshot import epoch_ms
 from coordinator.settings import Settings
 
@@ -85,9 +86,10 @@ def echo_json(body: Any) -> None:
     click.echo(json.dumps(body, indent=2, sort_keys=True))
 
 
-def send(settings: Settings, command: Command, timeout: float) -> CommandOutcome:
-    """Emit ``command`` and print its outcome; a rejection raises ``Rejected`` (exit 1)."""
-    outcome = emit(settings, command, timeout)
+def send(settings: Settings, command: Command, timeout: float, role: Role | None = None) -> CommandOutcome:
+    """Emit ``command`` as ``role`` (default: the command's usual sender) and print its outcome; a
+    rejection raises ``Rejected`` (exit 1)."""
+    outcome = emit(settings, command, timeout, role)
     if not outcome.accepted:
         raise Rejected(f"{outcome.command} {outcome.request_id}: {outcome.reason}")
     keys = f" ({', '.join(outcome.keys)})" if outcome.keys else " (no change: already so)"

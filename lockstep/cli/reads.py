@@ -75,10 +75,12 @@ def _spark_query(settings: Settings, sql: str, consistency: str, as_of_barrier: 
     """The query through a Spark session of its own (Spark SQL)."""
     from sqlglot.errors import ParseError
 
+    from lockstep_reads.statements import require_spark_read
     from spark_jobs.api.lineage import register_lineage_views
     from spark_jobs.api.reads import open_snapshot, referenced_tables
     from spark_jobs.runtime.session import build_session, spark_error
 
+    require_spark_read(sql)  # before a JVM starts: one query, no writes, jars, JVM calls or file paths
     try:
         tables = referenced_tables(sql)
     except ParseError as exc:

@@ -16,6 +16,7 @@ from coordinator.client.commands import emit, new_request_id
 from coordinator.client.rest import get_json
 from coordinator.domain import DropTable
 from coordinator.domain.events import JobStatus
+from coordinator.domain.roles import Role
 from coordinator.settings import Settings
 from spark_jobs.ops.hooks import JobEvent, JobHooks
 from spark_jobs.ops.tables import remove_table
@@ -42,7 +43,7 @@ class CtasCleanup(JobHooks):
         if event.sink not in get_json(self.settings, "/topology").get("pending", []):
             return  # created (it stays), or not a CTAS table
         why = f"job {event.job_id} ended ({event.status}) before its first commit"
-        outcome = emit(self.settings, DropTable(new_request_id(), event.sink, why))
+        outcome = emit(self.settings, DropTable(new_request_id(), event.sink, why), role=Role.JOB)  # its own table
         if not outcome.accepted:
             self.report(f"table {event.sink} was not dropped: {outcome.reason}")
             return

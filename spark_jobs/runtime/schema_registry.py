@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -40,6 +41,10 @@ class UnknownSchema(LookupError):
 
 _CACHE: dict[tuple[str, int], str] = {}  # (registry URL, schema id) -> schema JSON, shared by a process
 _LOCK = threading.Lock()
+# (registry URL, schema id) -> (why it is unknown, until when that answer stands): every record
+# with an unknown id goes to the dead letters, but only one in UNKNOWN_TTL_S asks the registry
+_UNKNOWN: dict[tuple[str, int], tuple[str, float]] = {}
+UNKNOWN_TTL_S = 60.0
 
 
 class SchemaRegistry:
@@ -87,16 +92,25 @@ class SchemaRegistry:
         with _LOCK:
             if key in _CACHE:
                 return _CACHE[key]
+            why, until = _UNKNOWN.get(key, ("", 0.0))
+        if time.monotonic() < until:
+            raise UnknownSchema(why)
         status, body = self._get(f"/schemas/ids/{schema_id}")
         if status == 404:
-            raise UnknownSchema(f"schema id {schema_id} is not in the schema registry at {self.url}")
+            raise self._unknown(key, f"schema id {schema_id} is not in the schema registry at {self.url}")
         if status != 200 or not isinstance(body, dict) or not isinstance(body.get("schema"), str):
             raise RegistryError(f"the schema registry at {self.url} answered GET /schemas/ids/{schema_id} with {status}")
         if body.get("schemaType", "AVRO") != "AVRO":
-            raise UnknownSchema(f"schema id {schema_id} is a {body['schemaType']} schema, not Avro")
+            raise self._unknown(key, f"schema id {schema_id} is a {body['schemaType']} schema, not Avro")
         with _LOCK:
             _CACHE[key] = body["schema"]
         return str(body["schema"])
+
+    @staticmethod
+    def _unknown(key: tuple[str, int], why: str) -> UnknownSchema:
+        with _LOCK:
+            _UNKNOWN[key] = (why, time.monotonic() + UNKNOWN_TTL_S)
+        return UnknownSchema(why)
 
     def subject(self, subject: str) -> dict[int, str]:
         """Every schema registered under ``subject`` (id -> JSON text); empty if there is no such subject."""

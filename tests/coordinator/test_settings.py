@@ -163,3 +163,14 @@ def test_nothing_else_reads_lockstep_variables() -> None:
                if p.name != "settings.py" and any(f"{call}(\"LOCKSTEP_" in p.read_text()
                                                   for call in ("environ.get", "getenv", "env.get", "environ["))]
     assert readers == []
+
+
+def test_no_password_or_key_shows_in_a_repr() -> None:
+    settings = Settings.from_env({
+        "LOCKSTEP_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "LOCKSTEP_KAFKA_SASL_MECHANISM": "PLAIN",
+        "LOCKSTEP_KAFKA_SASL_USERNAME": "u", "LOCKSTEP_KAFKA_SASL_PASSWORD": "kafka-pw-1",
+        "LOCKSTEP_S3_ENDPOINT": "http://127.0.0.1:9000", "LOCKSTEP_S3_ACCESS_KEY": "a", "LOCKSTEP_S3_SECRET_KEY": "s3-key-1",
+        "LOCKSTEP_SERVE_PASSWORD": "serve-pw-1"})
+    shown = repr(settings) + repr(settings.kafka_security) + str(settings)
+    assert settings.kafka_security.password == "kafka-pw-1"  # kept, only not shown
+    assert not any(secret in shown for secret in ("kafka-pw-1", "s3-key-1", "serve-pw-1")), shown

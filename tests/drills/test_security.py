@@ -13,32 +13,60 @@ import dataclasses
 import gc
 import json
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, ResourceType
 from pyspark.sql import SparkSession
 
-from coordinator.client.acls import grant
-from coordinator.client.commands import emit, new_request_id
+from coordinator.client.acls import grant, grants
+from coordinator.client.commands import CommandClient, emit, new_request_id
+from coordinator.client.state import StateReader
 from coordinator.client.topics import Topics, create_topics
+from coordinator.codec import default_codec
 from coordinator.dev.broker import LocalBroker, free_port
-from coordinator.domain import DeclareTable
+from coordinator.domain import (
+    AbandonTable,
+    AcquireLease,
+    BarrierAnnounced,
+    BarrierCompleted,
+    Command,
+    CommandOutcome,
+    DeclareTable,
+    DeregisterJob,
+    DropTable,
+    Fact,
+    JobState,
+    LeaseState,
+    MetaState,
+    RegisterJob,
+    ReleaseLease,
+    RenewJob,
+    RequestRevision,
+    SourceVersion,
+    TableState,
+    Tombstone,
+    entity_key,
+    fold,
+)
 from coordinator.domain.errors import NotAuthorised
+from coordinator.domain.roles import COMMAND_ROLES, Role, placement_problem
 from coordinator.settings import Settings
 from spark_jobs.api.reads import open_snapshot
 from spark_jobs.ops.runner import register_pipeline, start_jobs
 from spark_jobs.planning.pipeline import parse_pipeline
+from tests.support import wait_until
 from tests.support.barriers import read_state, wait_for_barrier
 from tests.support.workers import Worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 USERS = {"admin": "adminsecret", "coordinator": "coordsecret", "jobs": "jobssecret", "reader": "readersecret",
-         "intruder": "intrudersecret"}
+         "operator": "opsecret", "intruder": "intrudersecret"}
 PIPELINE = """
 CREATE TABLE sales (shop BIGINT, amount BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
 CREATE TABLE per_shop AS SELECT shop, SUM(amount) AS total FROM sales GROUP BY shop;
@@ -110,7 +138,7 @@ def test_each_role_runs_with_its_acls_and_a_principal_without_them_writes_nothin
         with pytest.raises(NotAuthorised, match="User:intruder"):
             emit(intruder, DeclareTable(new_request_id(), "forged", "root"), timeout=10)
         topics = Topics(prefix)
-        assert delivery_error(secured_broker.client_config("intruder"), topics.commands).code() \
+        assert delivery_error(secured_broker.client_config("intruder"), topics.commands_of(Role.READER)).code() \
             == KafkaError.TOPIC_AUTHORIZATION_FAILED
         # jobs and readers write commands (and jobs completions), never the coordinator's state
         for user in ("intruder", "reader", "jobs"):
@@ -125,4 +153,186 @@ def test_each_role_runs_with_its_acls_and_a_principal_without_them_writes_nothin
         for run in runs:
             run.query.stop()
             run.processor.close()
+        worker.stop()
+
+
+PRINCIPALS = {"reader": Role.READER, "jobs": Role.JOB, "operator": Role.OPERATOR, "coordinator": Role.COORDINATOR,
+              "intruder": None}
+
+
+def may_write(role: Role | None, topics: Topics, topic: str) -> bool:
+    """Whether ``lockstep acls`` lets ``role`` write ``topic`` (a prefixed grant covers the prefix)."""
+    if role is None:
+        return False
+    return any(g.resource == ResourceType.TOPIC and AclOperation.WRITE in g.operations
+               and (topic.startswith(g.name) if g.prefixed else topic == g.name) for g in grants(role, topics))
+
+
+class Attempts:
+    """Every principal's producer, and the outcomes of what they send, read as the admin."""
+
+    def __init__(self, broker: LocalBroker, topics: Topics) -> None:
+        self.producers = {user: Producer({**broker.client_config(user), "log_level": 0, "linger.ms": 0,
+                                          "message.timeout.ms": 10000}) for user in PRINCIPALS}
+        self.outcomes: dict[str, CommandOutcome] = {}
+        self.codec = default_codec()
+        self.consumer = Consumer({**broker.client_config(), "group.id": f"{topics.prefix}-drill", "log_level": 0,
+                                  "enable.auto.commit": False})
+        _, high = self.consumer.get_watermark_offsets(TopicPartition(topics.outcomes, 0), timeout=10)
+        self.consumer.assign([TopicPartition(topics.outcomes, 0, high)])
+
+    def write(self, user: str, topic: str, key: str, value: bytes | None) -> KafkaError | None:
+        """The error the broker refused the record with, if any (at once, once the producer knows)."""
+        errors: list[KafkaError | None] = []
+        try:
+            self.producers[user].produce(topic, key=key.encode(), value=value,
+                                         on_delivery=lambda err, _: errors.append(err))
+        except KafkaException as exc:
+            return exc.args[0]
+        self.producers[user].flush(15)
+        return errors[0] if errors else None
+
+    def outcome(self, request_id: str, timeout: float = 20) -> CommandOutcome:
+        deadline = time.monotonic() + timeout
+        while request_id not in self.outcomes and time.monotonic() < deadline:
+            msg = self.consumer.poll(0.2)
+            if msg is not None and msg.error() is None and msg.value():
+                outcome = self.codec.decode(msg.value())
+                self.outcomes[outcome.request_id] = outcome
+        return self.outcomes[request_id]
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def folded(settings: Settings) -> StateReader:
+    reader = StateReader(settings, Topics(settings.topic_prefix))
+    reader.read_to_end()
+    reader.close()
+    return reader
+
+
+def test_every_role_tries_every_command_and_writes_every_record_and_gets_what_the_tables_say(
+    secured_broker: LocalBroker, base_settings: Settings, tmp_path: Path,
+) -> None:
+    prefix = f"drill{uuid.uuid4().hex[:6]}"
+    topics = Topics(prefix)
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
+    common = {"LOCKSTEP_TOPIC_PREFIX": prefix, "LOCKSTEP_HOME": str(tmp_path / "home"),
+              "LOCKSTEP_JARS": str(base_settings.jars)}
+
+    def settings_of(user: str) -> Settings:
+        return Settings.from_env({**plain, **common, **secured_broker.env(user)})
+
+    for user, role in PRINCIPALS.items():
+        if role is not None:
+            grant(settings_of("admin"), f"User:{user}", role)
+    port = free_port()
+    worker = Worker({**plain, **common, **secured_broker.env("coordinator"), "LOCKSTEP_COORDINATOR_URL":
+                     f"http://127.0.0.1:{port}"}, port, tmp_path / "worker.log").start()
+    operator = CommandClient(settings_of("operator"))
+    attempts = Attempts(secured_broker, topics)
+    try:
+        def setup(*commands: Command) -> None:
+            for command in commands:
+                outcome = operator.emit(command, role=Role.OPERATOR if type(command).__name__ != "AcquireLease" else None)
+                assert outcome.accepted, outcome.reason
+
+        setup(DeclareTable(new_request_id(), "t", "root"), RegisterJob(new_request_id(), "j", "t", external_topics=("src",)))
+        completion = BarrierCompleted("j", "t", 1, 0, 3)
+        assert attempts.write("jobs", topics.completions, entity_key(completion), attempts.codec.encode(completion)) is None
+        wait_until(lambda: worker.get("/tables/t")["exact_points"] == {"1": 3}, "the exact point", timeout=20)
+
+        def trial(kind: str, n: int) -> tuple[Command, Callable[[MetaState], bool] | None]:
+            """A command of ``kind`` that its rules accept, set up by the operator, and how the
+            state shows that it was done."""
+            rid = new_request_id()
+            if kind == "AcquireLease":
+                return (AcquireLease(rid, f"l{n}", "drill", ("t",), 1, 600_000, f"s{n}"), lambda s: f"l{n}" in s.leases)
+            if kind == "ReleaseLease":
+                setup(AcquireLease(new_request_id(), f"r{n}", "drill", ("t",), 1, 600_000, f"s{n}"))
+                return ReleaseLease(rid, f"r{n}", f"s{n}"), lambda s: f"r{n}" not in s.leases
+            if kind == "DeclareTable":
+                return DeclareTable(rid, f"d{n}", "root"), lambda s: f"d{n}" in s.tables
+            if kind == "RegisterJob":
+                setup(DeclareTable(new_request_id(), f"rj{n}", "root"))
+                return RegisterJob(rid, f"rj_job{n}", f"rj{n}", external_topics=("src",)), lambda s: f"rj_job{n}" in s.jobs
+            if kind == "RenewJob":
+                return RenewJob(rid, "j"), None  # a renewal changes only when j was last heard of
+            if kind == "DeregisterJob":
+                setup(DeclareTable(new_request_id(), f"dj{n}", "root"),
+                      RegisterJob(new_request_id(), f"dj_job{n}", f"dj{n}", external_topics=("src",)))
+                return DeregisterJob(rid, f"dj_job{n}", "CANCELED"), lambda s: s.jobs[f"dj_job{n}"].status == "CANCELED"
+            if kind == "DropTable":
+                setup(DeclareTable(new_request_id(), f"dt{n}", "intermediate", ctas=True))  # a job may drop this one
+                return DropTable(rid, f"dt{n}"), lambda s: f"dt{n}" not in s.tables
+            if kind == "RequestRevision":
+                setup(DeclareTable(new_request_id(), f"rv{n}", "root"))
+                return RequestRevision(rid, f"rv{n}", 0, full=True), lambda s: s.tables[f"rv{n}"].generation == 1
+            setup(DeclareTable(new_request_id(), f"ab{n}", "intermediate", ctas=True))
+            return AbandonTable(rid, f"ab{n}", silent_ms=-60_000), lambda s: f"ab{n}" not in s.tables
+
+        # 1. every principal sends every command kind to every command topic
+        checks: list[tuple[str, Callable[[MetaState], bool], bool]] = []
+        tried = 0
+        for user, role in PRINCIPALS.items():
+            for topic, speaks_for in topics.command_topics.items():
+                for kind in sorted(COMMAND_ROLES):
+                    tried += 1
+                    where = (user, topic, kind)
+                    if not may_write(role, topics, topic):
+                        command = DeclareTable(new_request_id(), "never", "root")
+                        error = attempts.write(user, topic, command.request_id, attempts.codec.encode(command))
+                        assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, where
+                        continue
+                    command, done = trial(kind, tried)
+                    assert attempts.write(user, topic, command.request_id, attempts.codec.encode(command)) is None, where
+                    outcome = attempts.outcome(command.request_id)
+                    allowed = speaks_for is not None and speaks_for in COMMAND_ROLES[kind]
+                    assert outcome.accepted == allowed, (where, outcome.reason)
+                    if speaks_for is None:
+                        assert "predates roles" in outcome.reason, where
+                    elif not allowed:
+                        assert f"the {speaks_for} role may not send {kind}" in outcome.reason, where
+                    if done is not None:
+                        checks.append((f"{where}", done, allowed))
+        state = folded(settings_of("reader")).state
+        assert [where for where, done, allowed in checks if done(state) != allowed] == []
+        assert state.state_hash() == worker.get("/state")["hash"]  # what a reader folds is what the worker decided with
+
+        # 2. every principal writes every record kind, and every kind of tombstone, to every state topic
+        lease = AcquireLease(new_request_id(), "kept", "drill", ("t",), 1, 600_000, "k")
+        setup(lease)
+        forged: list[Fact | Tombstone] = [
+            TableState("t", "intermediate"), JobState("j", "t", status="FAILED"), BarrierAnnounced(999_999, 1),
+            BarrierCompleted("j", "t", 1, 0, 999), LeaseState("forged", "x", 1, (SourceVersion("t", 3),), 0, 2**40),
+            Tombstone("table:t"), Tombstone("job:j"), Tombstone("barrier:1"), Tombstone("completion:t@1"),
+            Tombstone("lease:kept"),
+        ]
+        expected = folded(settings_of("admin")).state
+        misplaced = 0
+        for user, role in PRINCIPALS.items():
+            for topic in topics.state:
+                for record in forged:
+                    tried += 1
+                    key = entity_key(record)
+                    value = None if isinstance(record, Tombstone) else attempts.codec.encode(record)
+                    error = attempts.write(user, topic, key, value)
+                    if not may_write(role, topics, topic):
+                        assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (user, topic)
+                        continue
+                    assert error is None, (user, topic, key)
+                    if placement_problem(topics.state_kind(topic), key) is None:
+                        expected = fold(expected, record)
+                    else:
+                        misplaced += 1
+        reader = folded(settings_of("reader"))
+        got, want = reader.state.canonical(), expected.canonical()
+        assert {k: v for k, v in got.items() if k != "barriers"} == {k: v for k, v in want.items() if k != "barriers"}
+        assert (999_999 in reader.state.barriers) == (999_999 in expected.barriers)
+        assert reader.stats.invalid_records == misplaced > 0
+        assert tried == 425  # docs/security.md quotes the matrix's size
+    finally:
+        attempts.close()
+        operator.close()
         worker.stop()

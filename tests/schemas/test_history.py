@@ -19,7 +19,7 @@ from coordinator.domain.events import EVENT_TYPES
 
 FINGERPRINT_HISTORY: dict[str, list[str]] = {
     "AbandonTable": ["2a30500a09193d83"],
-    "AcquireLease": ["eb2e51863e2b18b7"],
+    "AcquireLease": ["eb2e51863e2b18b7", "2e89e642dbeadf89"],
     "BarrierAnnounced": ["c7df0fb0e77eb945"],
     "BarrierCompleted": ["6aa223855f8bf9c5", "c2f5d6dad2649e01", "19b27cfc453f540c"],
     "CommandOutcome": ["22c00cfc68220b86"],
@@ -27,9 +27,9 @@ FINGERPRINT_HISTORY: dict[str, list[str]] = {
     "DeregisterJob": ["a1813e8723fd8b7c"],
     "DropTable": ["a9bcea6c14709039"],
     "JobState": ["de03a1191a68fff0"],
-    "LeaseState": ["c53a8fc6255c4253"],
+    "LeaseState": ["c53a8fc6255c4253", "a858c4d9c38fc1ff"],
     "RegisterJob": ["d68aca1f014d7178"],
-    "ReleaseLease": ["4ba16faf21a75a71"],
+    "ReleaseLease": ["4ba16faf21a75a71", "a761d96bde8d689c"],
     "RenewJob": ["9a23d68a14077950"],
     "RequestRevision": ["844b7f89978d3359"],
     "TableState": ["a64befcbeb40566b", "aef45aad7b0a9ab4", "134832030713aa74"],

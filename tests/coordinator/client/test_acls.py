@@ -18,10 +18,23 @@ def writable(role: str) -> set[str]:
             if g.resource == ResourceType.TOPIC and AclOperation.WRITE in g.operations}
 
 
-def test_only_the_coordinator_writes_its_state_and_others_write_what_they_send() -> None:
+def readable(role: str) -> set[str]:
+    return {g.name + ("*" if g.prefixed else "") for g in grants(role, TOPICS, ["orders"])
+            if g.resource == ResourceType.TOPIC and AclOperation.READ in g.operations}
+
+
+def test_only_the_coordinator_writes_its_state_and_others_write_the_command_topics_of_their_role() -> None:
     assert writable("coordinator") == {"acme*"}
-    assert writable("job") == {"acme.commands", "acme.completions"}
-    assert writable("reader") == {"acme.commands"}
+    assert writable("operator") == {"acme.commands.operator", "acme.commands.job", "acme.commands.reader"}
+    assert writable("job") == {"acme.commands.job", "acme.commands.reader", "acme.completions"}
+    assert writable("reader") == {"acme.commands.reader"}
+
+
+def test_only_the_coordinator_and_operators_read_the_command_topics_where_lease_secrets_travel() -> None:
+    state = {"acme.registry", "acme.leases", "acme.barriers", "acme.completions", "acme.outcomes"}
+    assert readable("reader") == state
+    assert readable("job") == state | {"orders"}
+    assert readable("operator") == readable("coordinator") == {"acme*"}
 
 
 def test_the_leader_transactional_id_and_data_topics_go_where_they_are_used() -> None:
@@ -47,5 +60,5 @@ def test_bindings_allow_one_operation_each_for_the_principal() -> None:
 
 
 def test_an_unknown_role_is_a_usage_error() -> None:
-    with pytest.raises(UsageError, match="use one of coordinator, job, reader"):
+    with pytest.raises(UsageError, match="use one of reader, job, operator, coordinator"):
         grants("admin", TOPICS)

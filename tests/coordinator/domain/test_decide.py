@@ -31,6 +31,7 @@ from coordinator.domain import (
     fold_all,
 )
 from coordinator.domain.decide import abandoned_tables
+from coordinator.domain.roles import COMMAND_ROLES, Role, secret_digest
 
 MakeState = Callable[..., MetaState]
 
@@ -71,10 +72,10 @@ def test_register_job_produces_job_and_writer(make_state: MakeState) -> None:
         (RegisterJob("x", "j", "user_item_amount", external_topics=("s",)), "reads other tables only"),
         (DeregisterJob("x", "ghost", "FINISHED"), "unknown job 'ghost'"),
         (DeregisterJob("x", "amount_job", "PAUSED"), "invalid status 'PAUSED'"),
-        (AcquireLease("x", "l1", "me", ("shopping",), barrier=99), "no exact point at barrier 99"),
-        (AcquireLease("x", "l1", "me", ("nope",), barrier=1), "unknown table 'nope'"),
-        (AcquireLease("x", "l1", "me", (), barrier=1), "names no tables"),
-        (AcquireLease("x", "l1", "me", ("shopping",), barrier=1, ttl_ms=0), "ttl 0 ms is out of range"),
+        (AcquireLease("x", "l1", "me", ("shopping",), barrier=99, secret="s"), "no exact point at barrier 99"),
+        (AcquireLease("x", "l1", "me", ("nope",), barrier=1, secret="s"), "unknown table 'nope'"),
+        (AcquireLease("x", "l1", "me", (), barrier=1, secret="s"), "names no tables"),
+        (AcquireLease("x", "l1", "me", ("shopping",), barrier=1, ttl_ms=0, secret="s"), "ttl 0 ms is out of range"),
         (ReleaseLease("x", "l9"), "unknown lease 'l9'"),
         (RequestRevision("x", "nope", 1), "unknown table 'nope'"),
         (RequestRevision("x", "shopping", 1, expected_generation=4), "stale generation: table 'shopping' is at generation 0"),
@@ -176,7 +177,7 @@ def test_only_a_table_that_never_committed_and_nobody_runs_on_can_be_dropped(mak
                        DeregisterJob("c", "amount_job", "CANCELED"), shopping_topology=True)
     held = make_state(BarrierAnnounced(1, 100), BarrierCompleted("amount_job", "user_item_amount", 1, 0, 3),
                       DeregisterJob("c", "amount_job", "CANCELED"),
-                      AcquireLease("l", "l1", "me", ("user_item_amount",), 1, 60_000), shopping_topology=True)
+                      AcquireLease("l", "l1", "me", ("user_item_amount",), 1, 60_000, "s"), shopping_topology=True)
     assert "held by repeatable-read lease(s) l1" in rejection(held, DropTable("d", "user_item_amount"))
     dropped = decide(state, DropTable("d", "user_item_amount", "not needed"), 9)  # a table with data, nobody on it
     assert dropped.outcome.accepted and dropped.facts == (
@@ -253,17 +254,66 @@ def test_lease_holds_exact_point_versions_renews_and_expires(make_state: MakeSta
         BarrierCompleted("amount_job", "user_item_amount", 1, 0, 2),
         shopping_topology=True,
     )
-    first = decide(state, AcquireLease("x", "l1", "reader", ("user_item_amount", "shopping"), 1, ttl_ms=50), now_ms=10)
+    first = decide(state, AcquireLease("x", "l1", "reader", ("user_item_amount", "shopping"), 1, 50, "s1"), now_ms=10)
     (lease,) = first.facts
     assert lease.versions == (SourceVersion("shopping", 4), SourceVersion("user_item_amount", 2))
     assert (lease.acquired_at_ms, lease.expires_at_ms) == (10, 60)
+    assert lease.secret_digest == secret_digest("s1") and "s1" not in repr(lease)  # the secret itself is kept nowhere
     state.leases["l1"] = lease
-    renewed = decide(state, AcquireLease("y", "l1", "reader", ("shopping", "user_item_amount"), 1, ttl_ms=50), now_ms=40)
+    renewed = decide(state, AcquireLease("y", "l1", "reader", ("shopping", "user_item_amount"), 1, 50, "s1"), now_ms=40)
     assert renewed.facts[0].expires_at_ms == 90 and renewed.facts[0].acquired_at_ms == 10
-    assert "held by 'reader'" in rejection(state, AcquireLease("z", "l1", "other", ("shopping",), 1))
+    assert "held by 'reader'" in rejection(state, AcquireLease("z", "l1", "other", ("shopping",), 1, secret="s1"))
+    assert "only its holder renews it" in rejection(state, AcquireLease("z", "l1", "reader", ("shopping",), 1, 50, "s2"))
+    assert "has no secret" in rejection(state, AcquireLease("z", "l2", "reader", ("shopping",), 1, 50))
     assert expire_leases(state, now_ms=59) == []
     assert expire_leases(state, now_ms=60) == [Tombstone("lease:l1")]
-    assert decide(state, ReleaseLease("w", "l1"), now_ms=1).facts == (Tombstone("lease:l1"),)
+    assert decide(state, ReleaseLease("w", "l1", "s1"), now_ms=1, role=Role.READER).facts == (Tombstone("lease:l1"),)
+
+
+def test_a_lease_is_released_only_with_its_holders_secret_or_by_an_operator(make_state: MakeState) -> None:
+    state = make_state(BarrierAnnounced(1, 100), BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4),
+                       AcquireLease("x", "l1", "ann", ("shopping",), 1, 60_000, "ann's"), shopping_topology=True)
+    for role in (Role.READER, Role.JOB):
+        for secret in ("", "guess"):
+            refused = decide(state, ReleaseLease("r", "l1", secret), now_ms=2, role=role)
+            assert not refused.outcome.accepted and "released only by its holder" in refused.outcome.reason
+        assert decide(state, ReleaseLease("r", "l1", "ann's"), now_ms=2, role=role).outcome.accepted
+    assert decide(state, ReleaseLease("r", "l1"), now_ms=2, role=Role.OPERATOR).outcome.accepted
+
+
+@pytest.mark.parametrize("role", list(Role))
+@pytest.mark.parametrize("command", sorted(COMMAND_ROLES))
+def test_a_command_from_a_role_the_table_does_not_give_it_is_refused_before_its_rules(
+        make_state: MakeState, role: Role, command: str) -> None:
+    state = make_state(shopping_topology=True)
+    sent = EXAMPLES[command]
+    outcome = decide(state, sent, now_ms=2, role=role).outcome
+    if role in COMMAND_ROLES[command]:
+        assert "may not send" not in outcome.reason
+    else:
+        assert not outcome.accepted and f"the {role} role may not send {command}" in outcome.reason
+
+
+def test_a_job_drops_only_a_ctas_table_that_never_committed(make_state: MakeState) -> None:
+    state = make_state(DeclareTable("a", "pending_t", "intermediate", ctas=True), shopping_topology=True)
+    assert decide(state, DropTable("d", "pending_t"), now_ms=2, role=Role.JOB).outcome.accepted
+    stopped = make_state(DeregisterJob("c", "amount_job", "CANCELED"), shopping_topology=True)
+    refused = decide(stopped, DropTable("d", "user_item_amount"), now_ms=2, role=Role.JOB).outcome
+    assert not refused.accepted and "an operator's to drop" in refused.reason
+    assert decide(stopped, DropTable("d", "user_item_amount"), now_ms=2, role=Role.OPERATOR).outcome.accepted
+
+
+EXAMPLES = {
+    "AcquireLease": AcquireLease("c", "l9", "me", ("shopping",), 1, 1000, "s"),
+    "ReleaseLease": ReleaseLease("c", "l9", "s"),
+    "DeclareTable": DeclareTable("c", "t9", "root"),
+    "RegisterJob": RegisterJob("c", "j9", "shopping", external_topics=("x",)),
+    "RenewJob": RenewJob("c", "amount_job"),
+    "DeregisterJob": DeregisterJob("c", "amount_job", "CANCELED"),
+    "DropTable": DropTable("c", "user_item_price"),
+    "RequestRevision": RequestRevision("c", "shopping", 0, full=True),
+    "AbandonTable": AbandonTable("c", "shopping", 10),
+}
 
 
 def test_revision_bumps_the_downstream_closure_only(make_state: MakeState) -> None:

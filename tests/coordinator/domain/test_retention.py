@@ -36,7 +36,7 @@ def history(barriers: int) -> list[object]:
 
 
 def test_keeps_leases_job_positions_and_the_newest_points(make_state: MakeState) -> None:
-    state = make_state(*history(8), AcquireLease("l", "rr-1", "me@host:1", ("shopping",), 3), shopping_topology=True)
+    state = make_state(*history(8), AcquireLease("l", "rr-1", "me@host:1", ("shopping",), 3, secret="s"), shopping_topology=True)
     keeps = versions_to_keep(state, "shopping")
     assert [(k.version, k.reason.split(" ")[0]) for k in keeps] == [
         (13, "lease"), (17, "job"), (18, "its"), (18, "job"), (18, "read-committed")]
@@ -44,7 +44,7 @@ def test_keeps_leases_job_positions_and_the_newest_points(make_state: MakeState)
 
 
 def test_a_released_lease_holds_nothing_and_a_stopped_job_what_it_reads_when_run_again(make_state: MakeState) -> None:
-    state = make_state(*history(8), AcquireLease("l", "rr-1", "me", ("shopping",), 3), ReleaseLease("r", "rr-1"),
+    state = make_state(*history(8), AcquireLease("l", "rr-1", "me", ("shopping",), 3, secret="s"), ReleaseLease("r", "rr-1", "s"),
                        DeregisterJob("d", "amount_job", "FINISHED"), shopping_topology=True)
     keeps = versions_to_keep(state, "shopping")
     assert {k.version for k in keeps} == {17, 18}

@@ -407,15 +407,17 @@ def poisoned_records(topics: Topics, count: int, seed: int = 16) -> Iterator[tup
 
     def event() -> tuple[str, Any]:
         name, other, n = rng.choice(names), rng.choice(names), rng.choice(numbers)
+        command_topic = rng.choice(sorted(topics.command_topics))  # every role's, and the one before roles
         return rng.choice([
             (topics.registry, TableState(name, rng.choice(["root", "intermediate", "weird"]), ("id",))),
             (topics.registry, JobState(name, other, sources=(rng.choice(names),), status=rng.choice(["RUNNING", "??"]))),
             (topics.barriers, BarrierAnnounced(n, n, (CutEntry(name, 0, n),))),
             (topics.completions, BarrierCompleted(name, other, n, n, n, committed_at_ms=n)),
             (topics.leases, LeaseState(name, "reader", n, (SourceVersion(other, n),), 0, n)),
-            (topics.commands, DeclareTable(f"r{rng.random()}", name, rng.choice(["root", "intermediate"]), ("id",))),
-            (topics.commands, RegisterJob(f"r{rng.random()}", name, other, sources=(rng.choice(names),))),
-            (topics.commands, AcquireLease(f"r{rng.random()}", name, "reader", (other,), n, n)),
+            (topics.completions, TableState(name, "root")),  # a state record on another kind's topic
+            (command_topic, DeclareTable(f"r{rng.random()}", name, rng.choice(["root", "intermediate"]), ("id",))),
+            (command_topic, RegisterJob(f"r{rng.random()}", name, other, sources=(rng.choice(names),))),
+            (command_topic, AcquireLease(f"r{rng.random()}", name, "reader", (other,), n, n, rng.choice(["", name]))),
         ])
 
     made = 0
@@ -471,3 +473,78 @@ def test_ten_thousand_poisoned_records_on_every_topic_are_skipped_and_counted(
     assert all(value is not None and value > 0 for value in counted.values()), counted
     verify = lockstep_cli("replay", "--verify", url=worker.url)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def fuzzed_paths(outside: Path, rng: random.Random, count: int) -> list[str]:
+    """Paths under /page/ that try to reach ``outside`` (a file beside the page folder's parents):
+    encoded slashes and dots, absolute paths, backslashes, doubled encodings, NUL, long names."""
+    target = str(outside).lstrip("/")
+    ups = ["../", "..%2F", "%2e%2e/", "%2e%2e%2f", "..%5c", "..\\", "%252e%252e%252f", ".%2e/", "....//", "%c0%ae%c0%ae/"]
+    fixed = [f"%2F{target.replace('/', '%2F')}", f"/{target}", f"//{target}", f"vendor/%2F{target.replace('/', '%2F')}",
+             f"{target}%00.js", "%00", "page.js%00", "a" * 5000 + ".js", "vendor/" + "b" * 300, "%ff%fe.html",
+             f"file:///{target}", "~root/.bashrc", "../app.py", "..%2Fapp.py", "vendor/../../app.py"]
+    made = list(fixed)
+    while len(made) < count:
+        up = "".join(rng.choice(ups) for _ in range(rng.randint(1, 12)))
+        made.append(rng.choice(["", "vendor/"]) + up + rng.choice([target, target.replace("/", "%2F"), "app.py",
+                                                                   "stream/app.py", "etc/passwd"]))
+    return made
+
+
+def raw_get(port: int, path: str, host: str | None = None) -> tuple[int, bytes]:
+    """GET ``path`` exactly as given (no client-side normalisation), with ``host`` as the Host header."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        conn.putheader("Host", f"127.0.0.1:{port}" if host is None else host)
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_the_rest_api_serves_its_page_files_only_and_answers_only_its_own_host(
+    make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str], kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    worker = make_worker()
+    port = int(worker.url.rsplit(":", 1)[1])
+    outside = tmp_path / "probe.html"
+    outside.write_text("OUTSIDE-THE-PAGE-FOLDER")
+    page = ROOT / "coordinator" / "stream" / "page"
+    assert raw_get(port, "/page/page.js") == (200, (page / "page.js").read_bytes())
+    assert raw_get(port, "/page/vendor/uPlot.iife.min.js")[0] == 200
+    assert raw_get(port, "/")[0] == 200
+    paths = fuzzed_paths(outside, random.Random(46), 400)
+    answers = {path: raw_get(port, "/page/" + path) for path in paths}
+    leaked = {p: status for p, (status, body) in answers.items()
+              if b"OUTSIDE-THE-PAGE-FOLDER" in body or b"def create_app" in body or b"root:x:0:0" in body}
+    assert leaked == {}
+    assert {status for status, _ in answers.values()} <= {400, 403, 404}, {p: s for p, (s, _) in answers.items() if s == 200}
+
+    for host in ("127.0.0.1", f"127.0.0.1:{port}", f"localhost:{port}"):
+        assert raw_get(port, "/health", host)[0] == 200, host
+    for host in (f"attacker.example:{port}", "attacker.example", f"127.0.0.1.nip.io:{port}", ""):
+        status, body = raw_get(port, "/health", host)
+        assert status == 421 and b"is not this worker's address" in body, (host, status)
+        assert raw_get(port, "/page/page.js", host)[0] == 421
+
+    # a lease's secret shows nowhere; its digest only in the full state
+    assert lockstep_cli("emit", "declare-table", "t", "--kind", "root").returncode == 0
+    assert lockstep_cli("emit", "register-job", "j", "--sink", "t", "--topics", "src").returncode == 0
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    completion = BarrierCompleted("j", "t", 1, 0, 3, committed_at_ms=1)
+    producer.produce(Topics(coordinator_env["LOCKSTEP_TOPIC_PREFIX"]).completions, key=entity_key(completion).encode(),
+                     value=default_codec().encode(completion))
+    producer.flush(10)
+    wait_until(lambda: worker.get("/tables/t")["exact_points"] == {"1": 3}, "the exact point", timeout=10)
+    took = lockstep_cli("emit", "acquire-lease", "l1", "--holder", "me", "--tables", "t", "--barrier", "1",
+                        "--secret", "hunter2-secret")
+    assert took.returncode == 0, took.stderr
+    assert "hunter2-secret" not in worker.get_text("/overview") + worker.get_text("/state")
+    assert "secret_digest" not in worker.get_text("/overview") and "secret_digest" in worker.get_text("/state")
+    guessed = lockstep_cli("emit", "release-lease", "l1", "--secret", "guess")
+    assert guessed.returncode == 1 and "released only by its holder" in guessed.stderr
+    assert lockstep_cli("emit", "release-lease", "l1", "--secret", "hunter2-secret").returncode == 0

@@ -54,20 +54,29 @@ def check_page(settings: Settings, topic: str, kafka_bootstrap: str, make_browse
     browser.get(settings.coordinator_url + "/")
     wait = WebDriverWait(browser, 60, poll_frequency=0.2)
     # the graph: the topic, both tables, the edges between them
-    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#graph g.table[data-table='per_user']"))
-    assert browser.find_element(By.CSS_SELECTOR, "#graph g.topic").text.startswith(topic)
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#graph path.edge")) == 2
-    assert "RUNNING" in browser.find_element(By.CSS_SELECTOR, "#graph g[data-table='clicks']").get_attribute("class")
+    # the page redraws every second: each read takes what it needs in one step in the page, as a
+    # WebDriver element found in one call may be gone by the next (a stale element)
+    def texts(css: str) -> list[str]:
+        return browser.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent.trim())", css)
+
+    def classes(css: str) -> list[str]:
+        return browser.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map(e => e.getAttribute('class'))", css)
+
+    wait.until(lambda b: texts("#graph g.table[data-table='per_user']"))
+    assert texts("#graph g.topic")[0].startswith(topic)
+    assert len(texts("#graph path.edge")) == 2
+    assert "RUNNING" in classes("#graph g[data-table='clicks']")[0]
     # per table: a freshness in seconds, and the dead letter counted
-    freshness = "#tables tr[data-table='per_user'] td.freshness"
-    wait.until(lambda b: re.fullmatch(r"\d+\.\d s", b.find_element(By.CSS_SELECTOR, freshness).text))
-    cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#tables tr[data-table='clicks'] td")]
+    wait.until(lambda b: re.fullmatch(r"\d+\.\d s", (texts("#tables tr[data-table='per_user'] td.freshness") or [""])[0]))
+    cells = texts("#tables tr[data-table='clicks'] td")
     assert cells[0] == "clicks" and cells[3] == "RUNNING" and cells[-1] == "1", cells
-    per_user = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#tables tr[data-table='per_user'] td")]
+    per_user = texts("#tables tr[data-table='per_user'] td")
     assert per_user[2] == "maintain_per_user (fused with ingest_clicks)", per_user  # its job runs on clicks' commits
     # column lineage, from the SQL the worker holds
-    lineage = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-               for tr in browser.find_elements(By.CSS_SELECTOR, "#columns tbody tr")]
+    lineage = browser.execute_script("return [...document.querySelectorAll('#columns tbody tr')]"
+                                     ".map(tr => [...tr.querySelectorAll('td')].map(td => td.textContent.trim()))")
     assert lineage == [["per_user.user_id", "clicks.user_id"], ["per_user.total", "clicks.n"]], lineage
     # it updates itself: the newest barrier on the timeline moves on, and the plots draw (uPlot canvases)
     # read in the page in one step: the timeline redraws its spans between two WebDriver calls (a stale element)

@@ -68,7 +68,7 @@ def test_the_pages_overview_has_freshness_dead_letters_timeline_leases_and_rejec
         BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4, rows_rejected=2, committed_at_ms=1_300),
         BarrierCompleted("ingest_shopping", "shopping", 2, 0, 5, rows_rejected=1, committed_at_ms=2_450),
         BarrierCompleted("amount_job", "user_item_amount", 1, 0, 1, committed_at_ms=1_600),
-        AcquireLease("r9", "lease-1", "reader", ("shopping",), 2, ttl_ms=10_000),
+        AcquireLease("r9", "lease-1", "reader", ("shopping",), 2, ttl_ms=10_000, secret="s"),
         shopping_topology=True,
     )
     rejected = [{"at_ms": 2_400, "command": "RegisterJob", "request_id": "r10", "reason": "unknown table 'x'"}]

@@ -177,3 +177,15 @@ def test_commands_that_print_data_print_json_for_scripts(tmp_path: Path) -> None
     assert stopped.exit_code == ExitCode.UNREACHABLE  # a stopped broker is still exit 3
     assert json.loads(stopped.stdout)["broker"] == {"running": False, "pid": None, "bootstrap": f"127.0.0.1:{port}",
                                                     "topics": None}
+
+
+@pytest.mark.parametrize(("sql", "says"), [
+    ("ADD JAR /tmp/evil.jar", "ADD is not allowed"),
+    ("INSERT OVERWRITE DIRECTORY '/tmp/out' SELECT 1", "INSERT is not allowed"),
+    ("SELECT reflect('java.lang.Runtime', 'getRuntime')", "reflect() is not allowed"),
+    ("SELECT * FROM parquet.`/etc`", "parquet.`/etc` is not allowed"),
+    ("SELECT 1; DROP TABLE sales", "one statement at a time"),
+])
+def test_a_spark_query_that_is_not_a_read_is_refused_before_spark_starts(sql: str, says: str) -> None:
+    result = invoke("query", "--engine", "spark", sql, env={"LOCKSTEP_COORDINATOR_URL": f"http://127.0.0.1:{free_port()}"})
+    assert result.exit_code == 1 and says in result.stderr, result.stderr
