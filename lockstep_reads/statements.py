@@ -68,9 +68,14 @@ class Statement:
     def require_query(self) -> exp.Expression:
         """The query tree, or ``Refused`` naming what the statement is instead."""
         if self.kind != Kind.QUERY or self.tree is None:
-            raise Refused(f"{self.verb or 'an empty statement'} is not allowed: Lockstep's tables are read-only "
-                          "here (pipelines write them); run SELECT, WITH or VALUES")
+            raise not_a_read(self.verb)
         return self.tree
+
+
+def not_a_read(verb: str) -> Refused:
+    """The refusal of a statement that is not a read, named by its first word."""
+    return Refused(f"{verb or 'an empty statement'} is not allowed: Lockstep's tables are read-only here "
+                   "(pipelines write them); run SELECT, WITH or VALUES")
 
 
 def split(sql: str) -> list[Statement]:
@@ -171,8 +176,7 @@ def require_spark_read(sql: str) -> None:
         raise Refused(f"run one statement at a time (got {len(trees)})")
     tree, first = trees[0], (sql.split(None, 1) or [""])[0].upper().lstrip("(")
     if not (isinstance(tree, exp.Query | exp.Values) and first in READS):
-        raise Refused(f"{first or 'an empty statement'} is not allowed: Lockstep's tables are read-only here "
-                      "(pipelines write them); run SELECT, WITH or VALUES")
+        raise not_a_read(first)
     for call in tree.find_all(exp.Anonymous):
         if call.name.lower() in JVM_CALLS:
             raise Refused(f"{call.name.lower()}() is not allowed: it calls Java methods; a read runs SQL only")
