@@ -36,6 +36,7 @@ from coordinator.domain.events import (
     SourceVersion,
     TableState,
     Tombstone,
+    WriterTerm,
     entity_key,
 )
 from coordinator.domain.fold import fold, fold_all
@@ -55,6 +56,7 @@ __all__ = [
     "DropTable",
     "Fact",
     "GenerationStart",
+    "WriterTerm",
     "JobState",
     "LeaseState",
     "MetaState",

@@ -41,6 +41,7 @@ from coordinator.domain.events import (
     TableKind,
     TableState,
     Tombstone,
+    WriterTerm,
     completion_key,
     entity_key,
     lease_key,
@@ -139,7 +140,7 @@ def _(cmd: DeclareTable, state: MetaState, now_ms: int, role: Role | None) -> li
             f"table {cmd.name!r} already exists as a {existing.kind} table made {made} "
             f"(primary key {list(existing.primary_key)}); pick another name"
         )
-    return [TableState(cmd.name, cmd.kind, cmd.primary_key, cmd.schema, declared_at_ms=now_ms, ctas=cmd.ctas)]
+    return [TableState(cmd.name, cmd.kind, cmd.primary_key, cmd.schema, declared_at_ms=now_ms, ctas=cmd.ctas, writers=())]
 
 
 @_decide.register
@@ -221,7 +222,20 @@ def _(cmd: RegisterJob, state: MetaState, now_ms: int, role: Role | None) -> lis
         registered_at_ms=now_ms,
         updated_at_ms=now_ms,
     )
-    return [job, replace(sink, writer=cmd.job_id)]
+    return [job, replace(sink, writer=cmd.job_id, writers=_with_writer(state, sink, cmd.job_id, sink.generation))]
+
+
+def _with_writer(state: MetaState, table: TableState, job_id: str, generation: int) -> tuple[WriterTerm, ...]:
+    """``table``'s writers with ``job_id`` in ``generation`` added. A table recorded before
+    writers were kept starts from the jobs and generations of its completions, so its exact
+    points stay what they were."""
+    if table.writers is None:
+        known = {WriterTerm(c.job_id, c.generation) for c in state.completions.get(table.name, {}).values()}
+        writers = tuple(sorted(known, key=lambda w: (w.generation, w.job_id)))
+    else:
+        writers = table.writers
+    term = WriterTerm(job_id, generation)
+    return writers if term in writers else (*writers, term)
 
 
 def _check_cycles(state: MetaState, cmd: RegisterJob) -> None:
@@ -323,9 +337,10 @@ def _(cmd: RequestRevision, state: MetaState, now_ms: int, role: Role | None) ->
             raise Rejected(f"table {name!r} has no exact point at barrier {start}; revise to another barrier")
         generation = t.generation + 1
         requests = (*t.revision_requests, cmd.request_id) if name == cmd.table else t.revision_requests
-        facts.append(replace(t, generation=generation, generations=(*t.generations, GenerationStart(generation, start)),
-                             revision_requests=requests))
         writer = state.writer_of(name)
+        writers = t.writers if writer is None else _with_writer(state, t, writer.job_id, generation)
+        facts.append(replace(t, generation=generation, generations=(*t.generations, GenerationStart(generation, start)),
+                             revision_requests=requests, writers=writers))
         if writer is not None:
             facts.append(replace(writer, generation=generation, restart_from_barrier=start, updated_at_ms=now_ms))
     return facts

@@ -81,6 +81,16 @@ class GenerationStart:
     from_barrier: int
 
 
+@dataclass(frozen=True)
+class WriterTerm:
+    """Job ``job_id`` wrote its table in generation ``generation``. Only such a pair's
+    completions count: a job that never wrote the table, or wrote another generation, adds no
+    exact point (a stale runner, a misrouted job, a completion naming the wrong job)."""
+
+    job_id: str
+    generation: int
+
+
 # -- commands ----------------------------------------------------------------------------
 
 
@@ -192,6 +202,9 @@ class TableState:
     declared_at_ms: int = 0
     ctas: bool = False
     revision_requests: tuple[str, ...] = ()  # RequestRevision ids done on this table: a repeat does nothing
+    # every job and generation that wrote the table (DeclareTable starts it empty); None on a
+    # table recorded before writers were kept: every completion of it counts until a job registers
+    writers: tuple[WriterTerm, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from coordinator.domain.events import (
     JobStatus,
     LeaseState,
     TableState,
+    WriterTerm,
 )
 from coordinator.domain.records import to_record
 
@@ -149,10 +150,13 @@ class MetaState:
         return max(self.barriers, default=0)
 
     def counts(self, completion: BarrierCompleted) -> bool:
-        """Whether a completion still counts: its table is known and no later generation
-        restarted from a barrier before it (a revision voids what came after)."""
+        """Whether a completion still counts: its table is known, it comes from a job that wrote
+        the table in the completion's generation, and no later generation restarted from a
+        barrier before it (a revision voids what came after)."""
         table = self.tables.get(completion.table)
         if table is None or completion.generation > table.generation:
+            return False
+        if table.writers is not None and WriterTerm(completion.job_id, completion.generation) not in table.writers:
             return False
         return all(
             completion.barrier <= g.from_barrier
@@ -167,9 +171,9 @@ class MetaState:
         if t is None or not by_b:
             return {}
         voids = [(g.generation, g.from_barrier) for g in t.generations]
-        if not voids:
-            return {b: c.delta_version for b, c in by_b.items() if c.generation <= t.generation}
+        writers = None if t.writers is None else {(w.job_id, w.generation) for w in t.writers}
         return {b: c.delta_version for b, c in by_b.items() if c.generation <= t.generation
+                and (writers is None or (c.job_id, c.generation) in writers)
                 and all(c.barrier <= start for generation, start in voids if generation > c.generation)}
 
     def latest_exact(self, table: str) -> int | None:

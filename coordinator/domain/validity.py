@@ -87,7 +87,9 @@ def _problems(record: TableState | JobState | BarrierAnnounced | BarrierComplete
                     None if record.kind in TABLE_KINDS else f"unknown table kind {record.kind!r}",
                     name_problem("writer", record.writer) if record.writer is not None else None,
                     number_problem("generation", record.generation),
-                    *(number_problem("generation start", g.from_barrier) for g in record.generations)]
+                    *(number_problem("generation start", g.from_barrier) for g in record.generations),
+                    *(name_problem("writer", w.job_id) or number_problem("writer's generation", w.generation)
+                      for w in record.writers or ())]
         case JobState():
             return [name_problem("job id", record.job_id), name_problem("sink", record.sink),
                     *(name_problem("source", s) for s in record.sources),

@@ -83,6 +83,7 @@ def overview(state: MetaState, now_ms: int, liveness_ms: int, rejections: list[d
     report = delays(state, now_ms, liveness_ms, since_ms=since_ms)
     shape = topology(state, now_ms, liveness_ms)
     catalog = state.catalog()
+    points = {t: state.exact_points(t) for t in catalog}
     tables: dict[str, Any] = {}
     for name in catalog:
         figures = report["tables"].get(name, {})
@@ -91,11 +92,11 @@ def overview(state: MetaState, now_ms: int, liveness_ms: int, rejections: list[d
         kept = state.completions.get(name, {})
         tables[name] = {**shape["tables"][name], **figures,
                         "freshness_ms": now_ms - announced.ts_ms if announced is not None else None,
-                        "dead_letters": sum(kept[b].rows_rejected for b in state.exact_points(name))}
+                        "dead_letters": sum(kept[b].rows_rejected for b in points[name])}
     jobs = {job_id: {**job, "own_p50_ms": report["jobs"].get(job_id, {}).get("own_p50_ms")}
             for job_id, job in shape["jobs"].items()}
     newest = sorted(state.barriers)[-timeline:]
-    committed = {b: sum(1 for t in catalog if b in state.completions.get(t, {})) for b in newest}
+    committed = {b: sum(1 for t in catalog if b in points[t]) for b in newest}
     return {
         "now_ms": now_ms,
         "tables": tables,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import logging
 import os
 import time
 import uuid
@@ -61,6 +62,7 @@ from spark_jobs.ops.runner import register_pipeline, start_jobs
 from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support import wait_until
 from tests.support.barriers import read_state, wait_for_barrier
+from tests.support.jvm_logs import jvm_log
 from tests.support.workers import Worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -96,7 +98,12 @@ def delivery_error(config: dict[str, str], topic: str) -> KafkaError | None:
 
 def test_each_role_runs_with_its_acls_and_a_principal_without_them_writes_nothing(
     secured_broker: LocalBroker, base_settings: Settings, spark: SparkSession, tmp_path: Path,
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Also: no password appears in any log this wrote (the worker's; the JVM's at INFO, the
+    Kafka clients' configurations among them; Python's; the output of this process and its
+    children) nor in the jobs' plans and progress."""
+    caplog.set_level(logging.INFO)
     prefix, topic = f"sec{uuid.uuid4().hex[:6]}", f"sales{uuid.uuid4().hex[:6]}"
     common = {"LOCKSTEP_TOPIC_PREFIX": prefix, "LOCKSTEP_HOME": str(tmp_path / "home"),
               "LOCKSTEP_JARS": str(base_settings.jars), "LOCKSTEP_BARRIER_INTERVAL_MS": "200"}
@@ -115,45 +122,55 @@ def test_each_role_runs_with_its_acls_and_a_principal_without_them_writes_nothin
     worker = Worker({**env("coordinator"), "LOCKSTEP_COORDINATOR_URL": f"http://127.0.0.1:{port}"}, port,
                     tmp_path / "worker.log").start()
     runs = []
-    try:
-        place = {"warehouse": str(tmp_path / "wh"), "coordinator_url": worker.url}
-        jobs = dataclasses.replace(Settings.from_env(env("jobs")), **place)
-        reader = dataclasses.replace(Settings.from_env(env("reader")), **place)
-        pipeline = parse_pipeline(PIPELINE.format(topic=topic))
-        register_pipeline(jobs, pipeline)
-        runs = start_jobs(spark, pipeline, jobs)
+    with jvm_log(spark, tmp_path / "jvm.log", restore=base_settings.spark_log_level or "WARN"):
+        try:
+            place = {"warehouse": str(tmp_path / "wh"), "coordinator_url": worker.url}
+            jobs = dataclasses.replace(Settings.from_env(env("jobs")), **place)
+            reader = dataclasses.replace(Settings.from_env(env("reader")), **place)
+            pipeline = parse_pipeline(PIPELINE.format(topic=topic))
+            register_pipeline(jobs, pipeline)
+            runs = start_jobs(spark, pipeline, jobs)
 
-        producer = Producer(secured_broker.client_config())
-        for i in range(100):
-            producer.produce(topic, json.dumps({"shop": i % 4, "amount": i}).encode(), partition=i % 2)
-        producer.flush(10)
-        wait_for_barrier(jobs, ["sales", "per_shop"], {0: 50, 1: 50}, topic)
-        with open_snapshot(spark, ["sales", "per_shop"], "read-committed", settings=reader) as snap:
-            totals = {r.shop: r.total for r in snap.table("per_shop").collect()}
-            assert snap.table("sales").count() == 100
-        assert totals == {shop: sum(range(shop, 100, 4)) for shop in range(4)}
+            producer = Producer(secured_broker.client_config())
+            for i in range(100):
+                producer.produce(topic, json.dumps({"shop": i % 4, "amount": i}).encode(), partition=i % 2)
+            producer.flush(10)
+            wait_for_barrier(jobs, ["sales", "per_shop"], {0: 50, 1: 50}, topic)
+            with open_snapshot(spark, ["sales", "per_shop"], "read-committed", settings=reader) as snap:
+                totals = {r.shop: r.total for r in snap.table("per_shop").collect()}
+                assert snap.table("sales").count() == 100
+            assert totals == {shop: sum(range(shop, 100, 4)) for shop in range(4)}
 
-        # a principal without ACLs: its command is refused by the broker, with a message that says so
-        intruder = Settings.from_env(env("intruder"))
-        with pytest.raises(NotAuthorised, match="User:intruder"):
-            emit(intruder, DeclareTable(new_request_id(), "forged", "root"), timeout=10)
-        topics = Topics(prefix)
-        assert delivery_error(secured_broker.client_config("intruder"), topics.commands_of(Role.READER)).code() \
-            == KafkaError.TOPIC_AUTHORIZATION_FAILED
-        # jobs and readers write commands (and jobs completions), never the coordinator's state
-        for user in ("intruder", "reader", "jobs"):
-            for state_topic in (topics.barriers, topics.registry, topics.leases):
-                error = delivery_error(secured_broker.client_config(user), state_topic)
-                assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (user, state_topic)
-        assert delivery_error(secured_broker.client_config("reader"), topics.completions).code() \
-            == KafkaError.TOPIC_AUTHORIZATION_FAILED
-        state = read_state(jobs)
-        assert "forged" not in state.tables and set(state.tables) == {"sales", "per_shop"}
-    finally:
-        for run in runs:
-            run.query.stop()
-            run.processor.close()
-        worker.stop()
+            # a principal without ACLs: its command is refused by the broker, with a message that says so
+            intruder = Settings.from_env(env("intruder"))
+            with pytest.raises(NotAuthorised, match="User:intruder"):
+                emit(intruder, DeclareTable(new_request_id(), "forged", "root"), timeout=10)
+            topics = Topics(prefix)
+            assert delivery_error(secured_broker.client_config("intruder"), topics.commands_of(Role.READER)).code() \
+                == KafkaError.TOPIC_AUTHORIZATION_FAILED
+            # jobs and readers write commands (and jobs completions), never the coordinator's state
+            for user in ("intruder", "reader", "jobs"):
+                for state_topic in (topics.barriers, topics.registry, topics.leases):
+                    error = delivery_error(secured_broker.client_config(user), state_topic)
+                    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (user, state_topic)
+            assert delivery_error(secured_broker.client_config("reader"), topics.completions).code() \
+                == KafkaError.TOPIC_AUTHORIZATION_FAILED
+            state = read_state(jobs)
+            assert "forged" not in state.tables and set(state.tables) == {"sales", "per_shop"}
+            plans = [run.query._jsq.explainInternal(True) + str(run.query.recentProgress) for run in runs]
+        finally:
+            for run in runs:
+                run.query.stop()
+                run.processor.close()
+            worker.stop()
+    captured = capfd.readouterr()
+    written = {name: (tmp_path / name).read_text(errors="replace") for name in ("worker.log", "jvm.log")}
+    written |= {"stdout": captured.out, "stderr": captured.err, "Python logging": caplog.text,
+                "plans and progress": "\n".join(plans)}
+    assert "sasl.jaas.config" in written["jvm.log"], "the jobs' Kafka clients log their configuration at INFO"
+    assert "lockstep_barriers" in written["plans and progress"]
+    leaks = [(where, user) for where, text in written.items() for user, password in USERS.items() if password in text]
+    assert not leaks, f"passwords written: {leaks}"
 
 
 PRINCIPALS = {"reader": Role.READER, "jobs": Role.JOB, "operator": Role.OPERATOR, "coordinator": Role.COORDINATOR,
@@ -242,6 +259,13 @@ def test_every_role_tries_every_command_and_writes_every_record_and_gets_what_th
         completion = BarrierCompleted("j", "t", 1, 0, 3)
         assert attempts.write("jobs", topics.completions, entity_key(completion), attempts.codec.encode(completion)) is None
         wait_until(lambda: worker.get("/tables/t")["exact_points"] == {"1": 3}, "the exact point", timeout=20)
+        # a completion adds an exact point only from a job that wrote its table in its generation
+        setup(DeclareTable(new_request_id(), "w", "root"), RegisterJob(new_request_id(), "wj", "w", external_topics=("src",)))
+        for fact in (BarrierCompleted("wj", "w", 1, 0, 3), BarrierCompleted("j", "w", 2, 0, 4),
+                     BarrierCompleted("wj", "w", 3, 1, 5)):
+            assert attempts.write("jobs", topics.completions, entity_key(fact), attempts.codec.encode(fact)) is None
+        state = folded(settings_of("reader")).state
+        assert sorted(state.completions["w"]) == [1, 2, 3] and state.exact_points("w") == {1: 3}
 
         def trial(kind: str, n: int) -> tuple[Command, Callable[[MetaState], bool] | None]:
             """A command of ``kind`` that its rules accept, set up by the operator, and how the
@@ -305,7 +329,7 @@ def test_every_role_tries_every_command_and_writes_every_record_and_gets_what_th
         setup(lease)
         forged: list[Fact | Tombstone] = [
             TableState("t", "intermediate"), JobState("j", "t", status="FAILED"), BarrierAnnounced(999_999, 1),
-            BarrierCompleted("j", "t", 1, 0, 999), LeaseState("forged", "x", 1, (SourceVersion("t", 3),), 0, 2**40),
+            BarrierCompleted("j", "t", 1, 0, 999), LeaseState("forged", "x", 1, (SourceVersion("t", 3),), 0, 2**60),
             Tombstone("table:t"), Tombstone("job:j"), Tombstone("barrier:1"), Tombstone("completion:t@1"),
             Tombstone("lease:kept"),
         ]

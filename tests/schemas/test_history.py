@@ -32,7 +32,7 @@ FINGERPRINT_HISTORY: dict[str, list[str]] = {
     "ReleaseLease": ["4ba16faf21a75a71", "a761d96bde8d689c"],
     "RenewJob": ["9a23d68a14077950"],
     "RequestRevision": ["844b7f89978d3359"],
-    "TableState": ["a64befcbeb40566b", "aef45aad7b0a9ab4", "134832030713aa74"],
+    "TableState": ["a64befcbeb40566b", "aef45aad7b0a9ab4", "134832030713aa74", "2a9f124a887f9129"],
 }
 
 

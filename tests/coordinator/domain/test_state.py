@@ -10,16 +10,23 @@ from coordinator.domain import (
     DeregisterJob,
     GenerationStart,
     MetaState,
+    RegisterJob,
     RequestRevision,
     TableState,
+    WriterTerm,
     fold_all,
 )
 
 MakeState = Callable[..., MetaState]
 
 
-def completions(table: str, generation: int, versions: dict[int, int]) -> list[BarrierCompleted]:
-    return [BarrierCompleted(f"{table}_job", table, b, generation, v) for b, v in versions.items()]
+WRITERS = {"shopping": "ingest_shopping", "user_item_amount": "amount_job", "user_item_price": "price_job"}
+
+
+def completions(table: str, generation: int, versions: dict[int, int], job: str | None = None) -> list[BarrierCompleted]:
+    """Completions by ``job`` (default: the job that writes ``table`` in the shopping topology)."""
+    job = job or WRITERS.get(table, f"{table}_job")
+    return [BarrierCompleted(job, table, b, generation, v) for b, v in versions.items()]
 
 
 def test_completions_of_an_older_generation_after_the_revision_barrier_stop_counting() -> None:
@@ -96,3 +103,41 @@ def test_revision_then_republish_moves_exact_points_to_the_new_generation(make_s
     assert state.exact_points("shopping") == {1: 1, 2: 2}
     state = fold_all(completions("user_item_amount", 1, {2: 3}), state)
     assert state.exact_points("user_item_amount") == {1: 1, 2: 3}
+    assert state.tables["user_item_amount"].writers == (WriterTerm("amount_job", 0), WriterTerm("amount_job", 1))
+
+
+def test_only_the_tables_writers_in_their_generations_add_exact_points(make_state: MakeState) -> None:
+    """A completion from a job that never wrote the table, or from its writer in a generation it
+    did not write, counts for nothing, wherever it was folded from."""
+    state = make_state(
+        *completions("shopping", 0, {1: 1}),
+        *completions("shopping", 0, {2: 2}, job="price_job"),  # writes another table
+        *completions("shopping", 0, {3: 3}, job="stranger"),  # never registered
+        shopping_topology=True,
+    )
+    assert state.exact_points("shopping") == {1: 1}
+    assert [state.counts(c) for c in state.completions["shopping"].values()] == [True, False, False]
+    assert state.latest_exact("shopping") == 1 and state.common_barrier(["shopping"]) == 1
+
+
+def test_a_replaced_writer_keeps_its_exact_points(make_state: MakeState) -> None:
+    state = make_state(
+        *completions("shopping", 0, {1: 1}),
+        DeregisterJob("stop", "ingest_shopping", "CANCELED"),
+        RegisterJob("again", "ingest_v2", "shopping", external_topics=("shopping_source",)),
+        *completions("shopping", 0, {2: 2}, job="ingest_v2"),
+        *completions("shopping", 0, {3: 3}),  # the stopped job's late runner
+        shopping_topology=True,
+    )
+    assert state.tables["shopping"].writers == (WriterTerm("ingest_shopping", 0), WriterTerm("ingest_v2", 0))
+    assert state.exact_points("shopping") == {1: 1, 2: 2, 3: 3}  # both wrote generation 0
+
+
+def test_a_table_recorded_before_writers_were_kept_keeps_its_points_when_a_job_registers(make_state: MakeState) -> None:
+    legacy = TableState("t", "root")  # writers None: as decoded from an older TableState record
+    state = fold_all([legacy, *completions("t", 0, {1: 1, 2: 2}, job="old_job")])
+    assert state.exact_points("t") == {1: 1, 2: 2}
+    state = make_state(legacy, *completions("t", 0, {1: 1, 2: 2}, job="old_job"),
+                       RegisterJob("r", "new_job", "t", external_topics=("x",)))
+    assert state.tables["t"].writers == (WriterTerm("old_job", 0), WriterTerm("new_job", 0))
+    assert state.exact_points("t") == {1: 1, 2: 2}

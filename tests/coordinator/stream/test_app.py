@@ -172,6 +172,8 @@ def test_metrics_count_rows_and_delays_per_table_and_freshness_grows_while_nothi
     wait_until(lambda: len(worker.barrier_ids()) >= 2, "barriers", timeout=30)
     announced = {b["barrier"]: b["ts_ms"] for b in worker.get("/barriers?limit=100000")}
     b = max(announced)
+    # a completion counts only from the table's writer
+    assert lockstep_cli("emit", "register-job", "ingest_t", "--sink", "t", "--topics", "x", url=worker.url).returncode == 0
     settings = Settings.from_env(coordinator_env)
     fact = BarrierCompleted("ingest_t", "t", b, 0, 1, rows_in=7, rows_out=5, rows_rejected=2,
                             started_at_ms=announced[b] + 100, committed_at_ms=announced[b] + 400)
