@@ -220,7 +220,8 @@ def ivm_at(spark: SparkSession, settings: Settings, rows: int, n_changed: int, r
     from spark_jobs.planning.pipeline import DerivedTable
     from spark_jobs.planning.plans import Plan, PlanKind, TableShape, plan_query
     from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
-    from spark_jobs.runtime.ivm import REWRITE_LIMIT_BYTES, TableMaintainer
+    from spark_jobs.runtime.ivm import TableMaintainer
+    from spark_jobs.runtime.maintenance.table import REWRITE_LIMIT_BYTES
 
     query = IVM_QUERIES[which]
     rewrite_limit = REWRITE_LIMIT_BYTES if rewrite_limit_mb is None else rewrite_limit_mb << 20
@@ -396,7 +397,7 @@ def bench_changes(rows: int, rounds: int) -> None:
 
     from spark_jobs.runtime.commits import barrier_txn
     from spark_jobs.runtime.delta_log import appended_files, read_files
-    from spark_jobs.runtime.ivm import CDF_COLUMNS
+    from spark_jobs.runtime.maintenance.table import CDF_COLUMNS
 
     with scratch_spark("bench-changes") as (spark, scratch):
         path = f"{scratch}/bids"

@@ -24,11 +24,12 @@ from pyspark.sql import functions as F
 from coordinator.domain.work import BarrierWork
 from spark_jobs.planning.pipeline import joined, load_pipeline, parse_pipeline
 from spark_jobs.planning.plans import PlanKind, plan_for, plan_query, shapes_of
-from spark_jobs.runtime import ivm
 from spark_jobs.runtime.commits import DeltaSink
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.delta_log import read_version
-from spark_jobs.runtime.ivm import REWRITE_LIMIT_BYTES, TableMaintainer
+from spark_jobs.runtime.ivm import TableMaintainer
+from spark_jobs.runtime.maintenance import writes
+from spark_jobs.runtime.maintenance.table import REWRITE_LIMIT_BYTES
 from tests.support.oracles import EVERYTHING, ORDERS, QUERIES, USERS, Row, derived_sql, normalise
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -426,7 +427,7 @@ def test_python_tables_over_a_keyed_source_equal_their_function_over_each_snapsh
 
 def test_a_table_kept_by_key_is_written_in_key_order_and_a_merge_of_new_keys_opens_only_their_files(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ivm, "FILE_ROWS", 1_000)
+    monkeypatch.setattr(writes, "FILE_ROWS", 1_000)
     warehouse = tmp_path / "wh"
     source = DeltaSink(spark, str(warehouse / "src"), "ingest_src", "k BIGINT, v BIGINT")
     rows = spark.range(20_000).selectExpr("id AS k", "id % 7 AS v").orderBy(F.rand(3))  # written in no order
