@@ -73,6 +73,16 @@ class TableMaintainer:
         self.base: tuple[int, dict[str, int], int] | None = None
         self._row_wise_checked = False  # a ROW_WISE plan's function was found row-wise (or the plan changed)
 
+    @property
+    def sink(self) -> DeltaSink:
+        """The table's Delta sink: its path and the versions its barriers committed."""
+        return self.maintained.sink
+
+    @property
+    def watch(self) -> Stopwatch:
+        """Where the time of the barrier in progress, or the last one, went."""
+        return self.maintained.watch
+
     def close(self) -> None:
         """The job's query stopped: finish its table's upkeep (``DeltaSink.close``), let go of its producer."""
         self.maintained.sink.close()
