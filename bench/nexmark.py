@@ -103,7 +103,8 @@ def main() -> None:
 def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
     from coordinator.domain.work import BarrierWork
     from spark_jobs.planning.pipeline import parse_pipeline
-    from spark_jobs.planning.plans import Plan, PlanKind, plan_for
+    from spark_jobs.planning.plan import Plan, PlanKind
+    from spark_jobs.planning.plans import plan_for
     from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
     from spark_jobs.runtime.ivm import TableMaintainer
     from spark_jobs.runtime.session import build_session

@@ -218,7 +218,8 @@ def ivm_at(spark: SparkSession, settings: Settings, rows: int, n_changed: int, r
 
     from coordinator.domain.work import BarrierWork
     from spark_jobs.planning.pipeline import DerivedTable
-    from spark_jobs.planning.plans import Plan, PlanKind, TableShape, plan_query
+    from spark_jobs.planning.plan import Plan, PlanKind, TableShape
+    from spark_jobs.planning.plans import plan_query
     from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
     from spark_jobs.runtime.ivm import TableMaintainer
     from spark_jobs.runtime.maintenance.table import REWRITE_LIMIT_BYTES
@@ -304,7 +305,7 @@ def bench_python(rows: int, n_new: int, rounds: int, keyed: bool, spread: bool, 
 
     from coordinator.domain.work import BarrierWork
     from spark_jobs.planning.pipeline import DerivedTable
-    from spark_jobs.planning.plans import Plan, PlanKind
+    from spark_jobs.planning.plan import Plan, PlanKind
     from spark_jobs.planning.python_tables import PythonTable
     from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
     from spark_jobs.runtime.ivm import TableMaintainer

@@ -251,7 +251,7 @@ def _wait_ready(settings: Settings, tables: list[str], jobs: subprocess.Popen[by
 def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None] = print,
              console: Console | None = None) -> DemoResult:
     """Run the demo for ``options.seconds`` (Ctrl-C ends it early; the result says so)."""
-    from spark_jobs.ops.runner import register_pipeline
+    from spark_jobs.ops.jobs import register_pipeline
     from spark_jobs.planning.pipeline import load_pipeline
     from spark_jobs.runtime.session import build_session
 

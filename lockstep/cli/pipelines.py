@@ -64,8 +64,9 @@ def run(settings: Settings, pipeline_files: tuple[str, ...], jobs: tuple[str, ..
     continues them. Exit 0 once every job was stopped (`lockstep stop`), 1 if one ended FAILED
     (--max-restarts), 130 after Ctrl-C, 143 after SIGTERM.
     """
+    from spark_jobs.ops.jobs import register_pipeline, select_jobs
     from spark_jobs.ops.renewals import Renewals
-    from spark_jobs.ops.runner import STOP_DRAIN_S, Supervisor, register_pipeline, select_jobs
+    from spark_jobs.ops.runner import STOP_DRAIN_S, Supervisor
     from spark_jobs.runtime.formats import check_sources
     from spark_jobs.runtime.job_metrics import serve
     from spark_jobs.runtime.session import build_session, session_running

@@ -21,7 +21,8 @@ from coordinator.domain.events import JobStatus, TableKind
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
 from coordinator.spark_sql import SPARK
-from spark_jobs.ops.runner import Supervisor, register_pipeline
+from spark_jobs.ops.jobs import register_pipeline
+from spark_jobs.ops.runner import Supervisor
 from spark_jobs.planning.pipeline import DerivedTable, Pipeline, RootTable, tables_read
 
 

@@ -31,7 +31,7 @@ from coordinator.client.clock import now_ms
 from coordinator.domain.work import BarrierWork
 from coordinator.settings import CrashAt
 from spark_jobs.planning.pipeline import DerivedTable
-from spark_jobs.planning.plans import Plan, PlanKind
+from spark_jobs.planning.plan import Plan, PlanKind
 from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.maintenance.change_rows import numbered

@@ -23,7 +23,7 @@ from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.domain.errors import LockstepError
 from coordinator.settings import Settings
 from spark_jobs.api.reads import open_snapshot
-from spark_jobs.ops.runner import register_pipeline
+from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support import wait_until
 from tests.support.barriers import SEQUENCED_PIPELINE, check_each_record_once, read_state, wait_for_barrier

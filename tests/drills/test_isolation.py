@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
-from spark_jobs.ops.runner import register_pipeline
+from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support.barriers import at, wait_for_barrier
 from tests.support.supervising import KeyedRecords, Recorder, supervised

@@ -21,7 +21,7 @@ from coordinator.dev.broker import LocalKafkaCluster
 from coordinator.dev.service import free_port
 from coordinator.domain.errors import Unreachable
 from coordinator.settings import Settings
-from spark_jobs.ops.runner import register_pipeline
+from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support import wait_until
 from tests.support.barriers import (

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from coordinator.domain import MetaState
 from coordinator.settings import Settings
 from spark_jobs.api.reads import SnapshotError, open_snapshot
-from spark_jobs.ops.runner import register_pipeline
+from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import joined, load_pipeline, parse_pipeline
 from tests.support.barriers import at, wait_for_barrier
 from tests.support.supervising import KeyedRecords, Stack, supervised

@@ -58,7 +58,7 @@ from coordinator.domain.errors import NotAuthorised
 from coordinator.domain.roles import COMMAND_ROLES, Role, placement_problem
 from coordinator.settings import Settings
 from spark_jobs.api.reads import open_snapshot
-from spark_jobs.ops.runner import register_pipeline, start_jobs
+from spark_jobs.ops.jobs import register_pipeline, start_jobs
 from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support import wait_until
 from tests.support.barriers import read_state, wait_for_barrier

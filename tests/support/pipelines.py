@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
+from spark_jobs.ops.jobs import JobRun, register_pipeline, start_job
 from spark_jobs.ops.renewals import Renewals
-from spark_jobs.ops.runner import JobRun, register_pipeline, start_job
 from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support.supervising import Stack
 

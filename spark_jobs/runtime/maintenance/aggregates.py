@@ -10,8 +10,9 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from coordinator.domain.snapshot import HIDDEN
 from coordinator.domain.work import BarrierWork
-from spark_jobs.planning.plans import HIDDEN, ROWS, WEIGHT
+from spark_jobs.planning.plan import ROWS, WEIGHT
 from spark_jobs.runtime.delta_log import read_version
 from spark_jobs.runtime.maintenance.table import MaintainedTable, same_values
 

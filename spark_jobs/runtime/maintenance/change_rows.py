@@ -17,8 +17,9 @@ from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType
 
+from coordinator.domain.snapshot import HIDDEN
 from spark_jobs.planning.groups import GroupValue, group_value
-from spark_jobs.planning.plans import HIDDEN, NUMBER, WEIGHT, Plan, PlanKind
+from spark_jobs.planning.plan import NUMBER, WEIGHT, Plan, PlanKind
 from spark_jobs.runtime.delta_log import read_version
 from spark_jobs.runtime.maintenance.table import MaintainedTable, keys_to_join, narrowed, same_values
 

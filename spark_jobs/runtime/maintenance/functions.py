@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from coordinator.domain.errors import LockstepError
 from coordinator.domain.events import dead_letters
 from coordinator.domain.work import BarrierWork
-from spark_jobs.planning.plans import WEIGHT, PlanKind
+from spark_jobs.planning.plan import WEIGHT, PlanKind
 from spark_jobs.planning.python_tables import SESSION
 from spark_jobs.runtime.commits import DeltaSink
 from spark_jobs.runtime.delta_log import read_version

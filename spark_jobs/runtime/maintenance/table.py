@@ -17,10 +17,11 @@ from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from coordinator.domain.snapshot import HIDDEN
 from coordinator.domain.work import BarrierWork
 from coordinator.settings import CrashAt
 from spark_jobs.planning.pipeline import DerivedTable
-from spark_jobs.planning.plans import HIDDEN, WEIGHT, Plan, output_key
+from spark_jobs.planning.plan import WEIGHT, Plan, output_key
 from spark_jobs.runtime.commits import DeltaSink
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.delta_log import appended_files, read_files, read_version

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, DataFrameWriter, Observation
 from pyspark.sql import functions as F
 
+from coordinator.domain.snapshot import HIDDEN
 from coordinator.domain.work import BarrierWork
-from spark_jobs.planning.plans import HIDDEN, ROWS, WEIGHT, PlanKind, output_key
+from spark_jobs.planning.plan import ROWS, WEIGHT, PlanKind, output_key
 from spark_jobs.runtime.commits import merge_by_key
 from spark_jobs.runtime.delta_log import read_version, table_bytes
 from spark_jobs.runtime.maintenance.aggregates import folded_groups, with_groups_recomputed

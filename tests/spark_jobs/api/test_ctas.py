@@ -17,7 +17,7 @@ from coordinator.client.state import read_state
 from coordinator.domain.errors import Rejected
 from coordinator.domain.snapshot import resolve_snapshot
 from spark_jobs.api.ctas import ContinuousQuery, CtasError
-from spark_jobs.ops.runner import register_pipeline
+from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support import wait_until
 from tests.support.barriers import at, wait_for_barrier

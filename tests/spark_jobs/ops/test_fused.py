@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from coordinator.domain.work import BarrierWork
 from spark_jobs.ops.fused import FusedJob
-from spark_jobs.ops.runner import register_pipeline
+from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import parse_pipeline
 from spark_jobs.runtime.ivm import TableMaintainer
 from tests.support import wait_until

@@ -18,7 +18,7 @@ from coordinator.client.state import read_state
 from coordinator.settings import CrashAt
 from spark_jobs.api.lineage import lineage_frames
 from spark_jobs.ops.hooks import JobEvent, JobHooks
-from spark_jobs.ops.runner import register_pipeline
+from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import parse_pipeline
 from spark_jobs.runtime.job_metrics import job_metrics
 from tests.support import wait_until

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.domain.snapshot import HIDDEN
 from spark_jobs.planning.pipeline import parse_pipeline
-from spark_jobs.planning.plans import HIDDEN, NUMBER, TableShape, plan_for, plan_query, shapes_of
+from spark_jobs.planning.plan import NUMBER, TableShape
+from spark_jobs.planning.plans import plan_for, plan_query, shapes_of
 from tests.support import ROOT
 
 SHAPES = {

@@ -15,9 +15,10 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from spark_jobs.ops.runner import register_pipeline
+from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import PipelineError, joined, load_pipeline, parse_pipeline
-from spark_jobs.planning.plans import PlanKind, explain_job, plan_for
+from spark_jobs.planning.plan import PlanKind
+from spark_jobs.planning.plans import explain_job, plan_for
 from tests.support import ROOT
 from tests.support.barriers import at, wait_for_barrier
 from tests.support.supervising import KeyedRecords, Stack, supervised

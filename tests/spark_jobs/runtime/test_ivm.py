@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 
 from coordinator.domain.work import BarrierWork
 from spark_jobs.planning.pipeline import joined, load_pipeline, parse_pipeline
-from spark_jobs.planning.plans import PlanKind, plan_for, plan_query, shapes_of
+from spark_jobs.planning.plan import PlanKind
+from spark_jobs.planning.plans import plan_for, plan_query, shapes_of
 from spark_jobs.runtime.commits import DeltaSink
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.delta_log import read_version

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from coordinator.dev.s3 import LocalS3
 from coordinator.settings import Settings
 from spark_jobs.api.reads import open_snapshot
-from spark_jobs.ops.runner import register_pipeline
+from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.ops.tables import remove_table
 from spark_jobs.ops.vacuum import vacuum
 from spark_jobs.planning.pipeline import parse_pipeline
