@@ -40,7 +40,7 @@ from bench.spark_jobs import JARS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 SOURCES = {"q20": ("bid", "auction"), "q17": ("bid",)}
