@@ -34,6 +34,7 @@ from coordinator.domain.events import dead_letters
 from coordinator.domain.retention import Keep, versions_to_keep
 from coordinator.settings import Settings
 from spark_jobs.runtime.delta_log import data_file, log_file, parse_metadata
+from spark_jobs.runtime.maintenance.keyed import STATE_FOLDER
 from spark_jobs.runtime.session import session_conf
 from spark_jobs.runtime.storage import Storage
 
@@ -141,4 +142,5 @@ def _unneeded_files(spark: SparkSession, storage: Storage, path: str, floor: int
                 if kind in action:
                     needed.add(_key(data_file(path, unquote(action[kind]["path"]))))
     return [(f.uri, f.size, False, f.modified_ms) for f in storage.files(path, ".parquet")
-            if "/_delta_log/" not in f.uri and _key(f.uri) not in needed and f.modified_ms < written_before_ms]
+            if "/_delta_log/" not in f.uri and f"/{STATE_FOLDER}/" not in f.uri  # (a keyed join's staged rows)
+            and _key(f.uri) not in needed and f.modified_ms < written_before_ms]

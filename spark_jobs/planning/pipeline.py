@@ -98,6 +98,8 @@ class DerivedTable:
     declared_here: bool = True
     if_not_exists: bool = False
     python: PythonTable | None = field(default=None, compare=False)
+    # WITH ('state' = 'keyed'): kept in Spark's state store by key (``spark_jobs.runtime.maintenance.keyed``)
+    keyed: bool = False
 
 
 @dataclass(frozen=True)
@@ -249,8 +251,13 @@ def _table_name(table: exp.Table, where: str) -> str:
 
 def _options(statement: exp.Create, where: str) -> dict[str, str]:
     props = statement.args.get("properties")
+    return _property_options(props.expressions if props else [], where)
+
+
+def _property_options(props: list[exp.Expression], where: str) -> dict[str, str]:
+    """``WITH ('key' = 'value', ...)`` as a dict with lower-case keys."""
     options: dict[str, str] = {}
-    for prop in props.expressions if props else []:
+    for prop in props:
         if not isinstance(prop, exp.Property):
             raise PipelineError(f"{where}: unsupported table property {prop.sql()}; use WITH ('key' = 'value', ...)")
         key = prop.name if isinstance(prop.this, exp.Literal | exp.Identifier | exp.Var) else prop.this.sql()
@@ -360,12 +367,16 @@ def _derived(statement: exp.Create, where: str) -> DerivedTable:
                             f"{target.this.sql(dialect='spark')} AS SELECT ... without a column list")
     name = _table_name(target, where)
     props = statement.args.get("properties")
-    ignored = [p for p in (props.expressions if props else []) if not isinstance(p, exp.MaterializedProperty)]
-    if ignored:
-        raise PipelineError(f"{where}: {', '.join(p.sql(dialect='spark') for p in ignored)}: a maintained table takes "
-                            f"no options (it is a Delta table Lockstep keeps at every barrier); remove them")
+    given = [p for p in (props.expressions if props else []) if not isinstance(p, exp.MaterializedProperty)]
+    plain = [p for p in given if type(p) is exp.Property]  # WITH ('key' = 'value'), not USING, TEMPORARY ...
+    options = _property_options(plain, where)
+    if len(plain) < len(given) or set(options) - {"state"} or options.get("state", "keyed") != "keyed":
+        raise PipelineError(f"{where}: {', '.join(p.sql(dialect='spark') for p in given)}: a maintained table takes "
+                            "no options (it is a Delta table Lockstep keeps at every barrier) but WITH ('state' = "
+                            "'keyed') (a join's rows kept by key in Spark's state store); remove them")
     query = _query(statement.expression, where)
-    return DerivedTable(name, query.sql(dialect=SPARK), tables_read(query), True, bool(statement.args.get("exists")))
+    return DerivedTable(name, query.sql(dialect=SPARK), tables_read(query), True, bool(statement.args.get("exists")),
+                        keyed="state" in options)
 
 
 def _query(query: exp.Query, where: str) -> exp.Query:

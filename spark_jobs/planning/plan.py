@@ -14,6 +14,7 @@ from coordinator.domain.snapshot import HIDDEN
 
 WEIGHT = f"{HIDDEN}w"  # +n / -n multiplicity of a change row
 ROWS = f"{HIDDEN}rows"  # source rows in a group: the group disappears at 0
+BARRIER = f"{HIDDEN}barrier"  # a keyed join's staged row's barrier (``Plan.change_query`` of KEYED_JOIN)
 NUMBER = f"{HIDDEN}n"  # a row's number within its group, where no result columns identify a row
 
 
@@ -46,7 +47,7 @@ class Aggregate:
 
 
 class PlanKind(StrEnum):
-    """How a table is maintained: incrementally in one of seven shapes, or recomputed."""
+    """How a table is maintained: incrementally in one of eight shapes, or recomputed."""
 
     PROJECTION = "projection"
     AGGREGATE = "aggregate"
@@ -54,6 +55,7 @@ class PlanKind(StrEnum):
     JOIN_AGGREGATE = "join_aggregate"
     GROUPS = "groups"
     UNION = "union"
+    KEYED_JOIN = "keyed_join"  # WITH ('state' = 'keyed'): a join whose sides are kept by key in Spark's state store
     ROW_WISE = "row-wise"  # a Python function applied to a source's changed rows (if it is row-wise)
     FULL_REFRESH = "full_refresh"
 
@@ -119,7 +121,8 @@ class Plan:
         if not self.incremental:
             return (f"full refresh: recompute the query over {', '.join(self.sources)} at their versions for "
                     f"each barrier where a source changed, because {self.reason}")
-        return f"incremental {self.kind.replace('_', ' + ')}: {self.reason}"
+        how = "keyed join" if self.kind == PlanKind.KEYED_JOIN else self.kind.replace("_", " + ")
+        return f"incremental {how}: {self.reason}"
 
 
 class Unsupported(LockstepError):

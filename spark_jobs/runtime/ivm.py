@@ -36,6 +36,7 @@ from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.maintenance.change_rows import numbered
 from spark_jobs.runtime.maintenance.functions import check_row_wise, follow_row_wise, recompute_function
+from spark_jobs.runtime.maintenance.keyed import KeyedJoin
 from spark_jobs.runtime.maintenance.table import REWRITE_LIMIT_BYTES, MaintainedTable
 from spark_jobs.runtime.maintenance.writes import Written, apply_changes, write_result
 from spark_jobs.runtime.stopwatch import Stopwatch
@@ -67,8 +68,10 @@ class TableMaintainer:
                          crash_at=self.crash_at, compact_every=self.compact_every, name=self.table.name)
         self.maintained = MaintainedTable(
             self.spark, self.table, self.plan, self.job_id, self.locate, sink,
-            hashlib.sha256(self.table.query.encode()).hexdigest()[:16], self.costs, self.crash_at, self.compact_every,
+            hashlib.sha256((self.table.query + "\nkeyed" * self.table.keyed).encode()).hexdigest()[:16], self.costs,
+            self.crash_at, self.compact_every,
             schema=self.spark.read.format("delta").load(sink.path).schema if sink.exists else None)
+        self.keyed = KeyedJoin(self.maintained) if self.plan.kind == PlanKind.KEYED_JOIN else None
         # generation, the source versions reflected, and the sink version
         self.base: tuple[int, dict[str, int], int] | None = None
         self._row_wise_checked = False  # a ROW_WISE plan's function was found row-wise (or the plan changed)
@@ -85,6 +88,8 @@ class TableMaintainer:
 
     def close(self) -> None:
         """The job's query stopped: finish its table's upkeep (``DeltaSink.close``), let go of its producer."""
+        if self.keyed is not None:
+            self.keyed.close()
         self.maintained.sink.close()
         if self.maintained.dlq is not None:
             self.maintained.dlq.close()
@@ -114,6 +119,8 @@ class TableMaintainer:
         """Apply the changes, or recompute: the first barrier, a plan that is not incremental, or a
         table whose changes cost more to apply than recomputing it did (``costs``)."""
         t = self.maintained
+        if self.keyed is not None:  # rebuilt, not recomputed, where it cannot go on (its own choice)
+            return self.keyed.process(work, base)
         if t.plan.kind == PlanKind.ROW_WISE and not self._row_wise_checked:
             check_row_wise(t, work)
             self.plan, self._row_wise_checked = t.plan, True  # (the plan explain and tests read)

@@ -37,6 +37,10 @@ class Stopwatch:
         finally:
             self._ms[name] = self._ms.get(name, 0.0) + (time.perf_counter() - start) * 1000
 
+    def add(self, name: str, ms: float) -> None:
+        """A phase measured elsewhere (e.g. Spark's progress of a streaming query's batch)."""
+        self._ms[name] = self._ms.get(name, 0.0) + ms
+
     def phases(self) -> tuple[PhaseTime, ...]:
         """The phases in the order they were first entered.
 

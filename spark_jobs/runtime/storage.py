@@ -61,6 +61,11 @@ class Storage:
         fs, path = self._fs(location)
         return bool(fs.delete(path, True))
 
+    def rename(self, source: str, target: str) -> bool:
+        """Rename a file or folder (at once on a disk or HDFS; an object store copies); False if it failed."""
+        fs, path = self._fs(source)
+        return bool(fs.rename(path, self._fs(target)[1]))
+
     def files(self, location: str, suffix: str = "") -> list[FileInfo]:
         """Every file under ``location`` (recursively) whose name ends with ``suffix``; [] if
         there is no such folder. A file that vanishes while it is listed (a running job's

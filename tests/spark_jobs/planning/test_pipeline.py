@@ -86,6 +86,8 @@ def test_upsert_debezium_avro_insert_into_and_ctes(tmp_path: Path) -> None:
         ("CREATE VIEW v AS SELECT a FROM t", "write CREATE MATERIALIZED VIEW v AS SELECT"),
         ("CREATE TEMPORARY TABLE v AS SELECT a FROM t", "a maintained table takes no options"),
         ("CREATE TABLE v USING parquet AS SELECT a FROM t", "USING PARQUET: a maintained table takes no options"),
+        ("CREATE TABLE v WITH ('state' = 'rocksdb') AS SELECT a FROM t", "but WITH ('state' = 'keyed')"),
+        ("CREATE TABLE v WITH ('state' = 'keyed', 'mode' = 'x') AS SELECT a FROM t", "takes no options"),
         ("CREATE TABLE t (a BIGINT NOT NULL) WITH ('source'='kafka:s')", "column a: NOT NULL is not enforced"),
         ("CREATE TABLE t (a BIGINT, b BIGINT, PRIMARY KEY (a) NOT ENFORCED) WITH ('source'='kafka:s', 'primary_key'='b')",
          "PRIMARY KEY (a) and 'primary_key' = 'b' differ"),

@@ -1,0 +1,197 @@
+"""A keyed join, for tables declared ``WITH ('state' = 'keyed')``: an INNER equi-join of two
+tables whose rows are kept by join key in Spark's state store. A barrier's new rows then find
+their matches by a key lookup instead of by reading the other table, so a barrier costs what
+its changes cost, not what the tables hold.
+
+One streaming query per table runs for the job's life. It is Spark's stream-stream join over
+each source's staged rows, with the RocksDB state store. Its checkpoint is kept in the table's
+folder (``_lockstep_state``): Delta's VACUUM leaves folders starting with ``_`` alone, and
+dropping the table removes them with it. At each barrier:
+
+1. Each source's new rows, tagged with the barrier (``BARRIER``), are staged as Parquet in a
+   folder of their own. The folder gets its name only once it is complete (a rename), and the
+   query's file source then picks it up. A barrier retried after a crash finds it there; the
+   barrier's commit deletes it.
+2. The job waits for the query to process them: one micro-batch, whose state is committed.
+   The micro-batch's joined rows are written as Parquet by its ``foreachBatch``.
+3. The job reads the rows of this barrier and appends them to the table in the barrier's
+   commit (txn-marked). A crash between 2 and 3 leaves them on disk: the retried barrier's
+   batch has already run, and the retried barrier commits them.
+
+The state is rebuilt (a new folder; the sources' snapshots staged as the barrier's rows; the
+table overwritten with the join) in these cases:
+* at a generation's first barrier;
+* for a table with no state;
+* when a barrier updates or deletes a source row, which a join of inserts cannot retract.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
+
+from coordinator.domain.work import BarrierWork
+from spark_jobs.planning.plan import BARRIER, WEIGHT
+from spark_jobs.runtime.maintenance.table import MaintainedTable
+from spark_jobs.runtime.maintenance.writes import Written, write_result
+from spark_jobs.runtime.storage import Storage
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+STATE_FOLDER = "_lockstep_state"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+TRIGGER = "100 milliseconds"  # how often the running query looks for a staged barrier
+
+
+class KeyedJoin:
+    """The state and streaming query of one keyed join table (``TableMaintainer`` makes it)."""
+
+    def __init__(self, t: MaintainedTable) -> None:
+        self.t = t
+        self.storage = Storage(t.spark)
+        self.home = f"{t.sink.path.rstrip('/')}/{STATE_FOLDER}"
+        self.folder: str | None = None  # the state the query runs on: g<generation>-b<barrier it started at>
+        self.query: StreamingQuery | None = None
+        self.schema: StructType | None = None  # the joined rows', without BARRIER
+        self._session: SparkSession | None = None
+
+    def process(self, work: BarrierWork, base: tuple[dict[str, int], int] | None) -> Written:
+        """Maintain the table at ``work``: from the state, or by rebuilding it."""
+        if base is not None and self._current(work.generation) is not None:
+            rows = self._inserted(base[0], work)
+            if rows is not None:
+                return self._advance(work, rows, "append")
+            log.info("table %s: barrier %d updates or deletes a source row; its keyed state is rebuilt",
+                     self.t.table.name, work.barrier)
+        return self._rebuild(work)
+
+    def close(self) -> None:
+        """Stop the streaming query (its state stays, checkpointed)."""
+        if self.query is not None:
+            self.query.stop()
+            self.query = None
+
+    # -- the state's folder -----------------------------------------------------------------------
+
+    def _current(self, generation: int) -> str | None:
+        """The newest state of this generation (found on disk after a restart), or None."""
+        prefix = f"g{generation}-b"
+        if self.folder is None or not self.folder.rsplit("/", 1)[1].startswith(prefix):
+            self.close()
+            started = [n for n in self.storage.names(self.home) if n.startswith(prefix) and n[len(prefix):].isdigit()]
+            self.folder = f"{self.home}/{max(started, key=lambda n: int(n[len(prefix):]))}" if started else None
+        return self.folder
+
+    def _rebuild(self, work: BarrierWork) -> Written:
+        """Start a new state from the sources' snapshots at the barrier, and overwrite the table."""
+        self.close()
+        self.folder = f"{self.home}/g{work.generation}-b{work.barrier}"
+        self.storage.delete(self.folder)  # (a rebuild of this barrier that a crash cut short)
+        written = self._advance(work, self.t.snapshots(work), "overwrite")
+        for name in self.storage.names(self.home):  # the states before it
+            if f"{self.home}/{name}" != self.folder:
+                self.storage.delete(f"{self.home}/{name}")
+        return written
+
+    # -- a barrier ---------------------------------------------------------------------------------
+
+    def _inserted(self, old: dict[str, int], work: BarrierWork) -> dict[str, DataFrame] | None:
+        """Each changed source's inserted rows since ``old``; None if a change retracts a row."""
+        rows = {}
+        for source, version in work.source_versions.items():
+            if old.get(source) == version:
+                continue
+            if source not in old:  # (a source the last commit did not record)
+                return None
+            changes, appended = self.t.changes_and_whether_appended(source, old[source], version)
+            if not appended and changes.where(F.col(WEIGHT) < 0).limit(1).count():
+                return None
+            rows[source] = changes.drop(WEIGHT)
+        return rows
+
+    def _advance(self, work: BarrierWork, rows: dict[str, DataFrame], mode: str) -> Written:
+        """Stage ``rows``, let the query join them with the state, commit the joined rows."""
+        assert self.folder is not None
+        with self.t.watch.phase("stage"):
+            for source, frame in rows.items():
+                self._stage(source, frame, work.barrier)
+        query = self._running(work)
+        self._join(query)
+        out = f"{self.folder}/out"
+        batches = [f"{out}/{n}" for n in self.storage.names(out) if not n.startswith(("_", "."))]
+        schema = self.schema
+        assert schema is not None
+
+        def joined() -> DataFrame:
+            if not batches:
+                return self.t.spark.createDataFrame([], schema)
+            found = self.t.spark.read.schema(StructType([*schema.fields, StructField(BARRIER, LongType())]))
+            return found.parquet(*batches).where(F.col(BARRIER) == work.barrier).drop(BARRIER)
+
+        written = write_result(self.t, work, joined, mode)
+        staged = [f"{self.folder}/staged/{source}" for source in work.source_versions]
+        for done in batches + [f"{folder}/{n}" for folder in staged for n in self.storage.names(folder)]:
+            self.storage.delete(done)  # committed: the next barrier stages and joins rows of its own
+        return written
+
+    def _join(self, query: StreamingQuery) -> None:
+        """Let the query process what is staged; time it as Spark's progress splits it: the join
+        (its tasks' state lookups and updates), the state stores' commit (Spark sums it over the
+        partitions: divided by those that run at once), and the rest (the query's own logs,
+        waiting for its trigger)."""
+        before = query.lastProgress["batchId"] if query.lastProgress else -1
+        started = time.perf_counter()
+        query.processAllAvailable()
+        spent = (time.perf_counter() - started) * 1000
+        ran = [p for p in query.recentProgress if p["batchId"] > before]
+        batch = sum(p["durationMs"].get("addBatch", 0) for p in ran)
+        at_once = max(1, self.t.spark.sparkContext.defaultParallelism)
+        commit = min(batch, sum(o.get("commitTimeMs", 0) / min(at_once, max(1, o.get("numShufflePartitions", 1)))
+                                for p in ran for o in p["stateOperators"]))
+        self.t.watch.add("join", batch - commit)
+        self.t.watch.add("state commit", commit)
+        self.t.watch.add("stream", max(spent - batch, 0))
+
+    def _stage(self, source: str, frame: DataFrame, barrier: int) -> None:
+        """Write ``frame`` as the source's rows of ``barrier``, named when complete (once)."""
+        assert self.folder is not None
+        staged = f"{self.folder}/staged/{source}/b{barrier}"
+        if self.storage.exists(staged):
+            return  # staged before a crash
+        writing = f"{self.folder}/staged/{source}/_b{barrier}"
+        frame.withColumn(BARRIER, F.lit(barrier).cast("long")).write.mode("overwrite").parquet(writing)
+        if not self.storage.rename(writing, staged):
+            raise OSError(f"could not rename {writing} to {staged}")
+
+    def _running(self, work: BarrierWork) -> StreamingQuery:
+        """The streaming query over the staged rows (started on the state's checkpoint)."""
+        if self.query is not None and self.query.isActive:
+            return self.query
+        assert self.folder is not None
+        if self._session is None:
+            self._session = self.t.spark.newSession()  # its temp views are the streams, not the snapshots
+            self._session.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+            self._session.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        for source, version in work.source_versions.items():
+            schema = self.t.snapshot(source, version).schema.add(BARRIER, LongType())
+            stream = (self._session.readStream.schema(schema).option("maxFilesPerTrigger", 1 << 30)
+                      .parquet(f"{self.folder}/staged/{source}/b*"))
+            stream.createOrReplaceTempView(source)
+        frame = self._session.sql(self.t.plan.change_query)
+        self.schema = StructType([f for f in frame.schema.fields if f.name != BARRIER])
+        out = f"{self.folder}/out"
+
+        def batch(rows: DataFrame, batch_id: int) -> None:  # rewritten whole if the batch is run again
+            rows.write.mode("overwrite").parquet(f"{out}/b{batch_id}")
+
+        self.query = (frame.writeStream.queryName(f"{self.t.job_id}_keyed").foreachBatch(batch)
+                      .option("checkpointLocation", f"{self.folder}/checkpoint").trigger(processingTime=TRIGGER).start())
+        return self.query

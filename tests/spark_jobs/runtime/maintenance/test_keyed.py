@@ -1,0 +1,124 @@
+"""A keyed join (``WITH ('state' = 'keyed')``) against real Delta tables and Spark's RocksDB state
+store, checked barrier by barrier against the same query over the sources' snapshots: through
+inserts on both sides (bids before their auction too), a barrier that updates an auction (the
+state is rebuilt), a restart (the state carries on from its checkpoint), and a barrier retried
+after its state was committed but its table commit was not (vacuum meanwhile leaves the state
+alone), and a revision (a new generation starts a new state)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from coordinator.domain.work import BarrierWork
+from spark_jobs.ops.vacuum import _unneeded_files
+from spark_jobs.planning.pipeline import parse_pipeline
+from spark_jobs.planning.plan import PlanKind
+from spark_jobs.planning.plans import plan_for
+from spark_jobs.runtime.commits import DeltaSink
+from spark_jobs.runtime.delta_log import read_version
+from spark_jobs.runtime.ivm import TableMaintainer
+from spark_jobs.runtime.maintenance.keyed import STATE_FOLDER
+from spark_jobs.runtime.storage import Storage
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+BIDS, AUCTIONS = "auction BIGINT, price BIGINT", "id BIGINT, category BIGINT"
+PIPELINE = f"""
+CREATE TABLE bids ({BIDS}) WITH ('source' = 'kafka:b');
+CREATE TABLE auctions ({AUCTIONS}) WITH ('source' = 'kafka:a', 'primary_key' = 'id');
+CREATE TABLE hot WITH ('state' = 'keyed') AS
+  SELECT b.auction, b.price, a.category FROM bids b JOIN auctions a ON b.auction = a.id WHERE a.category = 10;
+"""
+
+
+class Completions:
+    """Stands in for the Kafka publisher (its own tests are against a real broker)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, int] = {}
+
+    def publish(self, job_id: str, table: str, barrier: int, generation: int, version: int, *args: Any, **kw: Any) -> None:
+        self.seen[barrier] = version
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a_retry(
+        spark: SparkSession, tmp_path: Path) -> None:
+    rng = random.Random(5)
+    warehouse = tmp_path / "wh"
+    bids = DeltaSink(spark, str(warehouse / "bids"), "ingest_bids", BIDS)
+    auctions = DeltaSink(spark, str(warehouse / "auctions"), "ingest_auctions", AUCTIONS)
+    pipeline = parse_pipeline(PIPELINE)
+    table = pipeline.table("hot")
+    plan = plan_for(pipeline, table)
+    assert plan.kind == PlanKind.KEYED_JOIN and "keyed join" in plan.explain()
+    completions = Completions()
+
+    def maintainer() -> TableMaintainer:
+        return TableMaintainer(spark, table, plan, "maintain_hot", lambda name: str(warehouse / name),
+                               completions)  # type: ignore[arg-type]
+
+    def upsert(rows: list[tuple[int, int]], barrier: int) -> int:  # as a keyed root's ingestion does
+        frame = spark.createDataFrame(rows, AUCTIONS)
+        return auctions.commit(barrier, 1, lambda: DeltaTable.forPath(spark, auctions.path).alias("t").merge(
+            frame.alias("s"), "t.id = s.id").whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+    def expected(versions: dict[str, int]) -> Counter[tuple[Any, ...]]:
+        session = spark.newSession()
+        for name, version in versions.items():
+            read_version(session, str(warehouse / name), version).createOrReplaceTempView(name)
+        return Counter(tuple(r) for r in session.sql(table.query).collect())
+
+    def states() -> list[str]:
+        return sorted(p.name for p in (warehouse / "hot" / STATE_FOLDER).iterdir())
+
+    versions: dict[str, int] = {}
+    categories: dict[int, int] = {}
+    job = maintainer()
+    for barrier in range(1, 7):
+        ids = range(barrier * 10, barrier * 10 + 10)
+        rows = [(i, rng.choice([10, 11])) for i in ids]
+        if barrier == 4:  # auction 10 changes category: a join of inserts cannot retract its rows
+            rows.append((10, 21 - categories[10]))
+        categories.update(rows)
+        versions["auctions"] = upsert(rows, barrier)
+        # bids on auctions made so far, and some on auctions of the next barrier (not there yet)
+        bid_rows = [(rng.randrange(10, barrier * 10 + 20), rng.randrange(1000)) for _ in range(40)]
+        versions["bids"] = bids.commit(barrier, 1, lambda r=bid_rows: spark.createDataFrame(r, BIDS).write.format(
+            "delta").mode("append").save(bids.path))
+        if barrier == 5:
+            job.close()
+            job = maintainer()  # a restart: only the state's checkpoint and the table are left
+        work = BarrierWork(barrier, 1, 0, source_versions=dict(versions))
+        if barrier == 6:  # the state committed the barrier, the table commit never happened
+            assert job.keyed is not None
+            job.keyed._stage("bids", spark.createDataFrame(bid_rows, BIDS), barrier)
+            job.keyed._stage("auctions", spark.createDataFrame(rows, AUCTIONS), barrier)
+            job.keyed._running(work).processAllAvailable()
+            job.close()
+            job = maintainer()
+            # the batch's joined rows wait in the state's folder: vacuum leaves them (and the state) alone
+            path = str(warehouse / "hot")
+            version = completions.seen[barrier - 1]
+            unneeded = _unneeded_files(spark, Storage(spark), path, version, 1 << 62, version)
+            assert unneeded and not [f for f, *_ in unneeded if STATE_FOLDER in f]  # (the overwritten rows are)
+            assert list((warehouse / "hot" / STATE_FOLDER / "g1-b4" / "out").iterdir())
+        job.process(work)
+        got = spark.read.format("delta").option("versionAsOf", completions.seen[barrier]).load(str(warehouse / "hot"))
+        assert Counter(tuple(r) for r in got.collect()) == expected(versions), f"barrier {barrier}"
+        assert states() == [f"g1-b{1 if barrier < 4 else 4}"], f"barrier {barrier}: {states()}"
+        assert {"stage", "join", "state commit", "write"} <= {p.name for p in job.watch.phases()}, f"barrier {barrier}"
+    job.process(BarrierWork(7, 2, 0, source_versions=dict(versions)))  # a revision: a new generation, a new state
+    assert states() == ["g2-b7"]
+    got = spark.read.format("delta").option("versionAsOf", completions.seen[7]).load(str(warehouse / "hot"))
+    assert Counter(tuple(r) for r in got.collect()) == expected(versions)
+    job.close()
