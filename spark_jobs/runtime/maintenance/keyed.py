@@ -66,9 +66,12 @@ class KeyedJoin:
     def process(self, work: BarrierWork, base: tuple[dict[str, int], int] | None) -> Written:
         """Maintain the table at ``work``: from the state, or by rebuilding it."""
         if base is not None and self._current(work.generation) is not None:
-            rows = self._inserted(base[0], work)
-            if rows is not None:
-                return self._advance(work, rows, "append")
+            try:
+                rows = self._inserted(base[0], work)
+                if rows is not None:
+                    return self._advance(work, rows, "append")
+            finally:
+                self.t.release()
             log.info("table %s: barrier %d updates or deletes a source row; its keyed state is rebuilt",
                      self.t.table.name, work.barrier)
         return self._rebuild(work)
@@ -112,8 +115,10 @@ class KeyedJoin:
             if source not in old:  # (a source the last commit did not record)
                 return None
             changes, appended = self.t.changes_and_whether_appended(source, old[source], version)
-            if not appended and changes.where(F.col(WEIGHT) < 0).limit(1).count():
-                return None
+            if not appended:  # the change data feed: read once for the check, once to stage it
+                changes = self.t.cache(changes)
+                if changes.where(F.col(WEIGHT) < 0).limit(1).count():
+                    return None
             rows[source] = changes.drop(WEIGHT)
         return rows
 
