@@ -25,6 +25,8 @@ class TableShape:
 
     key: tuple[str, ...] | None
     append_only: bool
+
+
 UNKNOWN = TableShape(None, False)
 
 
