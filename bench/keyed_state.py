@@ -33,39 +33,24 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.nexmark import events
+from bench.nexmark import PIPELINE, events
 from bench.spark_jobs import JARS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 SOURCES = {"q20": ("bid", "auction"), "q17": ("bid",)}
 
 
-def q20(bid: DataFrame, auction: DataFrame) -> DataFrame:
-    """Nexmark q20 as in pipelines/nexmark.sql, over DataFrames (a stream or a snapshot each)."""
-    auction = auction.where("category = 10").select("id", "item_name", "seller", "category")
-    return bid.join(auction, bid.auction == auction.id).select(
-        "auction", "bidder", "price", "date_time", "item_name", "seller", "category")
+def query(name: str) -> str:
+    """The query of table ``name`` in pipelines/nexmark.sql (what ``lockstep run`` maintains)."""
+    from spark_jobs.planning.pipeline import parse_pipeline
 
-
-def q17(bid: DataFrame) -> DataFrame:
-    """Nexmark q17 as in pipelines/nexmark.sql."""
-    from pyspark.sql import functions as F
-
-    return bid.groupBy("auction", F.date_format("date_time", "yyyy-MM-dd").alias("day")).agg(
-        F.count("*").alias("total_bids"), F.count(F.when(F.col("price") < 10000, 1)).alias("rank1_bids"),
-        F.min("price").alias("min_price"), F.max("price").alias("max_price"), F.avg("price").alias("avg_price"),
-        F.sum("price").alias("sum_price"))
-
-
-QUERIES: dict[str, Callable[..., DataFrame]] = {"q20": q20, "q17": q17}
+    return parse_pipeline(PIPELINE.read_text()).table(name).query
 
 
 class KeyedQuery:
@@ -93,15 +78,16 @@ class KeyedQuery:
         self.write_s = time.perf_counter() - t0
 
     def _start(self, available_now: bool) -> StreamingQuery:
-        streams = []
+        session = self.spark.newSession()  # the streams as the query's tables
         for source in SOURCES[self.name]:
-            reader = self.spark.readStream.option("maxFilesPerTrigger", 1_000_000)
+            reader = session.readStream.option("maxFilesPerTrigger", 1_000_000)
             if self.staging == "parquet":  # the source's schema, from its Delta table
                 schema = self.spark.read.format("delta").load(str(self.home / source)).schema
                 reader = reader.format("parquet").schema(schema).option("cleanSource", "delete")
             staged = self.home / f"stage_{source}"
-            streams.append(reader.format(self.staging).load(str(staged / "*" if self.staging == "parquet" else staged)))
-        writer = (QUERIES[self.name](*streams).writeStream.foreachBatch(self._sink)
+            reader.format(self.staging).load(str(staged / "*" if self.staging == "parquet" else staged)) \
+                .createOrReplaceTempView(source)
+        writer = (session.sql(query(self.name)).writeStream.foreachBatch(self._sink)
                   .outputMode("update" if self.name == "q17" else "append")
                   .option("checkpointLocation", str(self.checkpoint)))
         return (writer.trigger(availableNow=True) if available_now else
@@ -145,7 +131,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000, help="events before the first barrier (default 1,000,000)")
     parser.add_argument("--per-barrier", type=int, default=5000, help="new events per barrier (default 5,000)")
     parser.add_argument("--rounds", type=int, default=5, help="barriers measured (default 5)")
-    parser.add_argument("--query", choices=sorted(QUERIES), default="q20", help="the query (default q20)")
+    parser.add_argument("--query", choices=sorted(SOURCES), default="q20", help="the query (default q20)")
     parser.add_argument("--trigger", choices=["live", "once"], default="live",
                         help="live: one running query; once: an availableNow query per barrier (default live)")
     parser.add_argument("--staging", choices=["parquet", "delta"], default="parquet",
@@ -159,6 +145,7 @@ def main() -> None:
 
 def run(home: Path, initial: int, per_barrier: int, rounds: int, name: str, trigger: str, staging: str) -> None:
     from coordinator.settings import Settings
+    from spark_jobs.runtime.maintenance.keyed import ROCKSDB
     from spark_jobs.runtime.session import build_session
 
     settings = Settings(warehouse=str(home / "wh"), home=home, jars=JARS)
@@ -185,8 +172,10 @@ def run(home: Path, initial: int, per_barrier: int, rounds: int, name: str, trig
 
     def full_refresh() -> float:
         t0 = time.perf_counter()
-        snapshots = [spark.read.format("delta").load(str(home / s)) for s in SOURCES[name]]
-        QUERIES[name](*snapshots).write.format("delta").mode("overwrite").save(str(home / f"{name}_full"))
+        session = spark.newSession()
+        for source in SOURCES[name]:
+            session.read.format("delta").load(str(home / source)).createOrReplaceTempView(source)
+        session.sql(query(name)).write.format("delta").mode("overwrite").save(str(home / f"{name}_full"))
         return time.perf_counter() - t0
 
     t0 = time.perf_counter()
