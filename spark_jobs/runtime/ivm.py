@@ -35,7 +35,7 @@ from spark_jobs.planning.plan import Plan, PlanKind
 from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.maintenance.change_rows import numbered
-from spark_jobs.runtime.maintenance.functions import check_row_wise, follow_row_wise, recompute_function
+from spark_jobs.runtime.maintenance.functions import DEAD_LETTERS_PHASE, check_row_wise, follow_row_wise, recompute_function
 from spark_jobs.runtime.maintenance.keyed import KeyedJoin
 from spark_jobs.runtime.maintenance.table import REWRITE_LIMIT_BYTES, MaintainedTable
 from spark_jobs.runtime.maintenance.writes import Written, apply_changes, write_result
@@ -137,7 +137,9 @@ class TableMaintainer:
         else:
             assert base is not None
             version, counts = apply_changes(t, work, base)
-        if t.plan.incremental:
+        # a barrier that searched for the rows a function raised on (a failed attempt, then one
+        # per part) measures neither way: it would make applying the changes look dear
+        if t.plan.incremental and not t.watch.entered(DEAD_LETTERS_PHASE):
             self.costs.measured(whole, time.monotonic() - began)
         return version, counts
 

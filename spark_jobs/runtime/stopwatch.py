@@ -41,6 +41,16 @@ class Stopwatch:
         """A phase measured elsewhere (e.g. Spark's progress of a streaming query's batch)."""
         self._ms[name] = self._ms.get(name, 0.0) + ms
 
+    def entered(self, name: str) -> bool:
+        """True if the phase ``name`` ran (or was added) in this barrier.
+
+        >>> watch = Stopwatch()
+        >>> watch.add("dead_letters", 5.0)
+        >>> watch.entered("dead_letters"), watch.entered("plan")
+        (True, False)
+        """
+        return name in self._ms
+
     def phases(self) -> tuple[PhaseTime, ...]:
         """The phases in the order they were first entered.
 

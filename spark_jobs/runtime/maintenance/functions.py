@@ -29,6 +29,7 @@ from spark_jobs.runtime.maintenance.writes import Written, apply_changes, write_
 from spark_jobs.runtime.row_wise import failing_rows, key_problem, python_error, row_wise_problem
 
 log = logging.getLogger(__name__)
+DEAD_LETTERS_PHASE = "dead_letters"  # the search for the rows a function raised on
 
 FUNCTION_DLQ_SCHEMA = "row STRING, error STRING, barrier BIGINT"  # a Python table's input row (JSON) and its error
 
@@ -137,7 +138,7 @@ def without_failing_rows(t: MaintainedTable, work: BarrierWork, source: str, row
         if python_error(exc) is None:
             raise
         failure = exc
-    with t.watch.phase("dead_letters"):
+    with t.watch.phase(DEAD_LETTERS_PHASE):
         good, letters = failing_rows(rows, lambda part: call(t, {source: part}))
         if not letters:
             raise failure
