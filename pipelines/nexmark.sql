@@ -23,8 +23,9 @@ CREATE TABLE q1 AS SELECT auction, bidder, 0.908 * price AS price, date_time, ex
 -- q2 selection of some auctions
 CREATE TABLE q2 AS SELECT auction, price FROM bid WHERE auction % 123 = 0;
 
--- q3 local item suggestion: sellers in some states with an auction in category 10
-CREATE TABLE q3 AS
+-- q3 local item suggestion: sellers in some states with an auction in category 10; kept by key in
+-- Spark's state store (auctions by seller, people by id)
+CREATE TABLE q3 WITH ('state' = 'keyed') AS
   SELECT p.name, p.city, p.state, a.id
   FROM auction a JOIN person p ON a.seller = p.id
   WHERE a.category = 10 AND p.state IN ('OR', 'ID', 'CA');

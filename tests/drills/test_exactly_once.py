@@ -1,9 +1,11 @@
 """Exactly once under kill -9: the job process dies 6 times (LOCKSTEP_DRILL_KILLS), before commits, between a commit
-and its completion, and at random moments, while a producer keeps writing. After every restart
-the tables must hold each record exactly once: per key, sequence numbers 1..n with no gap and no
-duplicate, and the aggregate downstream agrees, as does a Python table (a row-wise function kept
-by appending each barrier's new rows); every barrier is committed once, and the version each
-completion published is the one the table's history says holds that barrier."""
+and its completion, between a keyed join's state commit and its table's commit, and at random
+moments, while a producer keeps writing. After every restart the tables must hold each record
+exactly once: per key, sequence numbers 1..n with no gap and no duplicate, and the aggregate
+downstream agrees, as does a Python table (a row-wise function kept by appending each barrier's
+new rows) and a keyed join of the two (its rows in Spark's state store); every barrier is
+committed once, and the version each completion published is the one the table's history says
+holds that barrier."""
 
 from __future__ import annotations
 
@@ -36,10 +38,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180
 
 KEYS = 7
 # Where each run dies: self-inflicted SIGKILL at a crash point, or killed from outside at random
-CRASH_POINTS = ("before_commit:0.5", "before_completion:0.5", None)
-KILLS = int(os.environ.get("LOCKSTEP_DRILL_KILLS", "6"))  # 2 per crash point; more: the variable
+CRASH_POINTS = ("before_commit:0.5", "before_completion:0.5", "after_state_commit:0.5", None)
+KILLS = int(os.environ.get("LOCKSTEP_DRILL_KILLS", "6"))  # each crash point at least once; more: the variable
 RUNS = [CRASH_POINTS[i % len(CRASH_POINTS)] for i in range(KILLS)]
-TABLES = ["events", "per_key", "evens", "mean_seq"]
+TABLES = ["events", "per_key", "evens", "mean_seq", "evens_joined"]
+KEYED = """
+CREATE TABLE evens_joined WITH ('state' = 'keyed') AS
+  SELECT e.k, e.seq FROM events e JOIN evens v ON e.k = v.k AND e.seq = v.seq;
+"""
 PYTHON_TABLES = '''
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -90,7 +96,7 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
     env = {**worker.env, "LOCKSTEP_WAREHOUSE": str(tmp_path / "wh"), "PYSPARK_PYTHON": sys.executable}
     settings = Settings.from_env(env)
     pipeline_file = tmp_path / "pipeline.sql"
-    pipeline_file.write_text(SEQUENCED_PIPELINE.format(topic=topic))
+    pipeline_file.write_text(SEQUENCED_PIPELINE.format(topic=topic) + KEYED)
     python_file = tmp_path / "evens.py"
     python_file.write_text(PYTHON_TABLES)
     feed = SequencedFeed(kafka_bootstrap, topic, KEYS)
@@ -134,13 +140,14 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
     killed = [crash for crash, code in outcomes if code in (None, -signal.SIGKILL)]
     assert len(killed) == KILLS, f"a run ended by itself, not by a kill: {outcomes}\n{log.read_text()[-3000:]}"
     fired = Counter(crash.split(":")[0] for crash, code in outcomes if crash and code == -signal.SIGKILL)
-    assert fired["before_commit"] >= 1 and fired["before_completion"] >= 1, \
+    assert fired["before_commit"] >= 1 and fired["before_completion"] >= 1 and fired["after_state_commit"] >= 1, \
         f"every crash point must fire: {outcomes}\n{log.read_text()[-3000:]}"
     print(f"{KILLS} kills: crash points fired {dict(fired)}, the rest killed from outside")
     check_each_record_once(spark, settings, state, b, topic, feed.expected())
     rows = {t: Counter((r["k"], r["seq"]) for r in at(spark, settings, t, state.exact_points(t)[b]).collect())
-            for t in ("events", "evens")}
+            for t in ("events", "evens", "evens_joined")}
     assert rows["evens"] == Counter({row: n for row, n in rows["events"].items() if row[1] % 2 == 0})
+    assert rows["evens_joined"] == rows["evens"]  # each even record once, though its state outlived the kills
     per_key = {r["k"]: r["total"] / r["n"] for r in at(spark, settings, "per_key", state.exact_points("per_key")[b]).collect()}
     assert {r["k"]: r["mean"] for r in at(spark, settings, "mean_seq", state.exact_points("mean_seq")[b]).collect()} == per_key
     for table in TABLES:

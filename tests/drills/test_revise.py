@@ -1,8 +1,9 @@
 """Revision while the pipeline runs and is read: (a) a job's query was wrong: the pipeline is run
 again with the fixed query and its table revised from a barrier; (b) a root table's data went
 wrong: it is revised and re-ingested from a barrier; (c) everything from scratch (--full).
-A Python table (a row-wise function, kept by appending new rows) is revised with its source.
-Read-committed reads see no anomaly at any time, and afterwards every exact point after the
+A Python table (a row-wise function, kept by appending new rows) is revised with its source, and so
+is a keyed join of the two (its rows in Spark's state store: a revision starts a new state, an
+UPDATE of its source rebuilds it). Read-committed reads see no anomaly at any time, and afterwards every exact point after the
 barrier matches the oracle."""
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ CREATE TABLE mid AS SELECT k, SUM(v) AS total FROM events {where} GROUP BY k;
 CREATE TABLE top AS SELECT COUNT(*) AS groups, SUM(total) AS grand FROM mid;
 CREATE TABLE counts AS SELECT k, COUNT(*) AS n FROM events GROUP BY k;
 CREATE TABLE busy AS SELECT k, COUNT(*) AS n, MAX(v) AS top FROM events GROUP BY k HAVING COUNT(*) >= 3;
+CREATE TABLE odd_joined WITH ('state' = 'keyed') AS
+  SELECT e.k, e.v FROM events e JOIN odd o ON e.k = o.k AND e.v = o.v;
 """
 PYTHON = '''
 from pyspark.sql import DataFrame
@@ -44,7 +47,7 @@ def odd(events: DataFrame) -> DataFrame:
     return events.where("v % 2 = 1")
 '''
 WRONG = "WHERE v % 3 <> 0"  # the bug: drops every third value
-TABLES = ["events", "mid", "top", "counts", "busy", "odd"]  # busy: kept by group (HAVING); odd: Python
+TABLES = ["events", "mid", "top", "counts", "busy", "odd", "odd_joined"]  # busy: by group (HAVING); odd: Python
 
 
 
@@ -75,6 +78,8 @@ class Reader(threading.Thread):
                 self.anomalies.append(f"barrier {snap.barrier}: busy differs from events")
             if sorted(r["v"] for r in rows["odd"]) != sorted(r["v"] for r in rows["events"] if r["v"] % 2):
                 self.anomalies.append(f"barrier {snap.barrier}: odd differs from events")
+            if sorted(tuple(r) for r in rows["odd_joined"]) != sorted(tuple(r) for r in rows["odd"]):
+                self.anomalies.append(f"barrier {snap.barrier}: odd_joined differs from odd")
             self.reads.append(snap.barrier or 0)
 
 
@@ -110,6 +115,8 @@ def check_after(spark: SparkSession, settings: Settings, state: MetaState, after
         assert {r["k"]: r["n"] for r in read("counts", b)} == dict(Counter(k for k, _ in events)), f"counts at {b}"
         assert {(r["k"], r["n"], r["top"]) for r in read("busy", b)} == busy(events), f"busy at barrier {b}"
         assert sorted((r["k"], r["v"]) for r in read("odd", b)) == sorted(e for e in events if e[1] % 2), f"odd at {b}"
+        assert sorted((r["k"], r["v"]) for r in read("odd_joined", b)) == sorted(e for e in events if e[1] % 2), \
+            f"odd_joined at {b}"
     return checked
 
 
@@ -142,7 +149,7 @@ def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
         assert f"revising mid, top from barrier {revise_from}" in revised.stdout
         state, b = wait_for_barrier(settings, TABLES, send(30), topic)
         assert {t: state.tables[t].generation for t in TABLES} == {"events": 0, "mid": 1, "top": 1, "counts": 0,
-                                                                      "busy": 0, "odd": 0}
+                                                                      "busy": 0, "odd": 0, "odd_joined": 0}
 
         # (b) the root table's data went wrong after barrier b: revise it, re-ingest from b
         bad_from = b
@@ -155,7 +162,7 @@ def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
         assert "revising events, " in revised.stdout
         state, _ = wait_for_barrier(settings, TABLES, send(30), topic)
         assert {t: state.tables[t].generation for t in TABLES} == {"events": 1, "mid": 2, "top": 2, "counts": 1,
-                                                                      "busy": 1, "odd": 1}
+                                                                      "busy": 1, "odd": 1, "odd_joined": 1}
 
     # after both revisions, every exact point after the first revision's barrier is right
     checked = check_after(spark, settings, state, revise_from, cut_offsets(state))
@@ -169,7 +176,7 @@ def test_revise_a_fixed_query_and_a_re_ingested_root_while_readers_read(
     reader.stop.set()
     reader.join(60)
     assert {t: state.tables[t].generation for t in TABLES} == {"events": 2, "mid": 3, "top": 3, "counts": 2,
-                                                                  "busy": 2, "odd": 2}
+                                                                  "busy": 2, "odd": 2, "odd_joined": 2}
     assert len(check_after(spark, settings, state, 0, cut_offsets(state))) >= 2
     assert reader.anomalies == []
     assert len(reader.reads) >= 20, len(reader.reads)

@@ -8,10 +8,10 @@ each source's staged rows, with the RocksDB state store. Its checkpoint is kept 
 folder (``_lockstep_state``): Delta's VACUUM leaves folders starting with ``_`` alone, and
 dropping the table removes them with it. At each barrier:
 
-1. Each source's new rows, tagged with the barrier (``BARRIER``), are staged as Parquet in a
-   folder of their own. The folder gets its name only once it is complete (a rename), and the
-   query's file source then picks it up. A barrier retried after a crash finds it there; the
-   barrier's commit deletes it.
+1. Each source's new rows, tagged with the barrier (``BARRIER``), are staged as Parquet in the
+   barrier's folder. The folder gets its name only once every source is written (a rename), so
+   the query's file sources pick up the barrier's rows together, in one micro-batch. A barrier
+   retried after a crash finds it there; the barrier's commit deletes it.
 2. The job waits for the query to process them: one micro-batch, whose state is committed.
    The micro-batch's joined rows are written as Parquet by its ``foreachBatch``.
 3. The job reads the rows of this barrier and appends them to the table in the barrier's
@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from coordinator.domain.work import BarrierWork
+from coordinator.faults import crash_point
 from spark_jobs.planning.plan import BARRIER, WEIGHT
 from spark_jobs.runtime.maintenance.table import MaintainedTable
 from spark_jobs.runtime.maintenance.writes import Written, write_result
@@ -126,10 +127,10 @@ class KeyedJoin:
         """Stage ``rows``, let the query join them with the state, commit the joined rows."""
         assert self.folder is not None
         with self.t.watch.phase("stage"):
-            for source, frame in rows.items():
-                self._stage(source, frame, work.barrier)
+            self._stage(rows, work.barrier)
         query = self._running(work)
         self._join(query)
+        crash_point("after_state_commit", self.t.crash_at)  # drills: the state has the batch, the table not yet
         out = f"{self.folder}/out"
         batches = [f"{out}/{n}" for n in self.storage.names(out) if not n.startswith(("_", "."))]
         schema = self.schema
@@ -142,37 +143,43 @@ class KeyedJoin:
             return found.parquet(*batches).where(F.col(BARRIER) == work.barrier).drop(BARRIER)
 
         written = write_result(self.t, work, joined, mode)
-        staged = [f"{self.folder}/staged/{source}" for source in work.source_versions]
-        for done in batches + [f"{folder}/{n}" for folder in staged for n in self.storage.names(folder)]:
+        staged = f"{self.folder}/staged"
+        for done in batches + [f"{staged}/{n}" for n in self.storage.names(staged)]:
             self.storage.delete(done)  # committed: the next barrier stages and joins rows of its own
         return written
 
     def _join(self, query: StreamingQuery) -> None:
         """Let the query process what is staged; time it as Spark's progress splits it: the join
         (its tasks' state lookups and updates), the state stores' commit (Spark sums it over the
-        partitions: divided by those that run at once), and the rest (the query's own logs,
-        waiting for its trigger)."""
+        partitions: divided by those that run at once), the query's own work around the batch
+        (listing the staged files, its offset and commit logs: "stream"), and the rest, waiting
+        for its trigger ("wait")."""
         before = query.lastProgress["batchId"] if query.lastProgress else -1
         started = time.perf_counter()
         query.processAllAvailable()
         spent = (time.perf_counter() - started) * 1000
         ran = [p for p in query.recentProgress if p["batchId"] > before]
         batch = sum(p["durationMs"].get("addBatch", 0) for p in ran)
+        triggers = sum(p["durationMs"].get("triggerExecution", 0) for p in ran)
         at_once = max(1, self.t.spark.sparkContext.defaultParallelism)
         commit = min(batch, sum(o.get("commitTimeMs", 0) / min(at_once, max(1, o.get("numShufflePartitions", 1)))
                                 for p in ran for o in p["stateOperators"]))
         self.t.watch.add("join", batch - commit)
         self.t.watch.add("state commit", commit)
-        self.t.watch.add("stream", max(spent - batch, 0))
+        self.t.watch.add("stream", max(triggers - batch, 0))
+        self.t.watch.add("wait", max(spent - max(triggers, batch), 0))
 
-    def _stage(self, source: str, frame: DataFrame, barrier: int) -> None:
-        """Write ``frame`` as the source's rows of ``barrier``, named when complete (once)."""
+    def _stage(self, rows: dict[str, DataFrame], barrier: int) -> None:
+        """Write each source's ``rows`` of ``barrier`` in the barrier's folder, named when all are
+        complete (once): two sources staged one by one would make two micro-batches, each with
+        its planning, logs and state commit."""
         assert self.folder is not None
-        staged = f"{self.folder}/staged/{source}/b{barrier}"
+        staged = f"{self.folder}/staged/b{barrier}"
         if self.storage.exists(staged):
             return  # staged before a crash
-        writing = f"{self.folder}/staged/{source}/_b{barrier}"
-        frame.withColumn(BARRIER, F.lit(barrier).cast("long")).write.mode("overwrite").parquet(writing)
+        writing = f"{self.folder}/staged/_b{barrier}"
+        for source, frame in rows.items():
+            frame.withColumn(BARRIER, F.lit(barrier).cast("long")).write.mode("overwrite").parquet(f"{writing}/{source}")
         if not self.storage.rename(writing, staged):
             raise OSError(f"could not rename {writing} to {staged}")
 
@@ -188,7 +195,7 @@ class KeyedJoin:
         for source, version in work.source_versions.items():
             schema = self.t.snapshot(source, version).schema.add(BARRIER, LongType())
             stream = (self._session.readStream.schema(schema).option("maxFilesPerTrigger", 1 << 30)
-                      .parquet(f"{self.folder}/staged/{source}/b*"))
+                      .parquet(f"{self.folder}/staged/b*/{source}"))
             stream.createOrReplaceTempView(source)
         frame = self._session.sql(self.t.plan.change_query)
         self.schema = StructType([f for f in frame.schema.fields if f.name != BARRIER])
