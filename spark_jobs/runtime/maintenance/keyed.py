@@ -154,11 +154,14 @@ class KeyedJoin:
         partitions: divided by those that run at once), the query's own work around the batch
         (listing the staged files, its offset and commit logs: "stream"), and the rest, waiting
         for its trigger ("wait")."""
-        before = query.lastProgress["batchId"] if query.lastProgress else -1
+        def batches() -> list[dict]:  # (an idle query reports progress too, with the next batch's id)
+            return [p for p in query.recentProgress if "addBatch" in p["durationMs"]]
+
+        before = max((p["batchId"] for p in batches()), default=-1)
         started = time.perf_counter()
         query.processAllAvailable()
         spent = (time.perf_counter() - started) * 1000
-        ran = [p for p in query.recentProgress if p["batchId"] > before]
+        ran = [p for p in batches() if p["batchId"] > before]
         batch = sum(p["durationMs"].get("addBatch", 0) for p in ran)
         triggers = sum(p["durationMs"].get("triggerExecution", 0) for p in ran)
         at_once = max(1, self.t.spark.sparkContext.defaultParallelism)
@@ -178,6 +181,7 @@ class KeyedJoin:
         if self.storage.exists(staged):
             return  # staged before a crash
         writing = f"{self.folder}/staged/_b{barrier}"
+        self.storage.delete(writing)  # (a staging that a crash cut short)
         for source, frame in rows.items():
             frame.withColumn(BARRIER, F.lit(barrier).cast("long")).write.mode("overwrite").parquet(f"{writing}/{source}")
         if not self.storage.rename(writing, staged):
