@@ -1,10 +1,10 @@
 """Revision while the pipeline runs and is read: (a) a job's query was wrong: the pipeline is run
 again with the fixed query and its table revised from a barrier; (b) a root table's data went
 wrong: it is revised and re-ingested from a barrier; (c) everything from scratch (--full).
-A Python table (a row-wise function, kept by appending new rows) is revised with its source, and so
-is a keyed join of the two (its rows in Spark's state store: a revision starts a new state, an
-UPDATE of its source rebuilds it). Read-committed reads see no anomaly at any time, and afterwards every exact point after the
-barrier matches the oracle."""
+A Python table (a row-wise function, kept by appending new rows) is revised with its source, and
+so is a keyed join of the two (its rows in Spark's state store: a revision starts a new state, an
+UPDATE of its source rebuilds it). Read-committed reads see no anomaly at any time, and
+afterwards every exact point after the barrier matches the oracle."""
 
 from __future__ import annotations
 
