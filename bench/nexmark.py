@@ -7,8 +7,9 @@ by recent people, log-uniform prices).
 Prints, per query, the median time per barrier of each path, the ratio, the events per second
 the incremental path keeps up with, where its time went, and at how many barriers the
 incremental job recomputed because that had cost less (``spark_jobs.runtime.costs``); the first
-barrier of each (a keyed table's bootstrap: its state built from all the events), and the size
-of each keyed table's state on disk.
+barrier of each (a keyed table's bootstrap: its state built from all the events), and of each
+keyed table its state's size on disk and the first barrier after a restart (its query started
+again on its checkpoint).
 
 Usage: python -m bench.nexmark [--events 1000000] [--per-barrier 50000] [--rounds 3] [--queries q3,q9]
 """
@@ -177,11 +178,16 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
             inc = statistics.median(times[(name, "incremental")])
             chose = f"  (recomputed at {recomputed[name]} of {rounds}: cheaper)" if recomputed[name] else ""
             print(f"{name:<6} {inc:11.2f}s {full:12.2f}s {full / inc:8.1f}x {per_barrier / inc:17,.0f}{chose}")
-        for (table, _), job in jobs.items():
-            if job.keyed is not None:
-                state = Path(job.keyed.home.removeprefix("file:"))
-                size = sum(f.stat().st_size for f in state.rglob("*") if f.is_file())
-                print(f"{table}: its keyed state holds {size / 1e6:,.1f} MB on disk ({state})")
+        keyed = {key: job for key, job in jobs.items() if job.keyed is not None}
+        if keyed:  # a restart: the query stopped, the next barrier starts it again on its checkpoint
+            append(rounds + 2, initial + rounds * per_barrier, per_barrier)
+        for key, job in keyed.items():
+            assert job.keyed is not None
+            state = Path(job.keyed.home.removeprefix("file:"))
+            size = sum(f.stat().st_size for f in state.rglob("*") if f.is_file())
+            print(f"{key[0]}: its keyed state holds {size / 1e6:,.1f} MB on disk ({state})")
+            job.keyed.close()
+            print(f"{key[0]}: the first barrier after a restart took {process(key, rounds + 2):.2f}s ({phases(job)})")
         spark.stop()
 
 
