@@ -183,9 +183,8 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
             append(rounds + 2, initial + rounds * per_barrier, per_barrier)
         for key, job in keyed.items():
             assert job.keyed is not None
-            state = Path(job.keyed.home.removeprefix("file:"))
-            size = sum(f.stat().st_size for f in state.rglob("*") if f.is_file())
-            print(f"{key[0]}: its keyed state holds {size / 1e6:,.1f} MB on disk ({state})")
+            size = sum(f.size for f in job.keyed.storage.files(job.keyed.home))
+            print(f"{key[0]}: its keyed state holds {size / 1e6:,.1f} MB on disk ({job.keyed.home})")
             job.keyed.close()
             print(f"{key[0]}: the first barrier after a restart took {process(key, rounds + 2):.2f}s ({phases(job)})")
         spark.stop()
