@@ -6,10 +6,10 @@ by recent people, log-uniform prices).
 
 Prints, per query, the median time per barrier of each path, the ratio, the events per second
 the incremental path keeps up with, where its time went, and at how many barriers the
-incremental job recomputed because that had cost less (``spark_jobs.runtime.costs``); the first
-barrier of each (a keyed table's bootstrap: its state built from all the events), and of each
-keyed table its state's size on disk and the first barrier after a restart (its query started
-again on its checkpoint).
+incremental job recomputed (a keyed table: rewrote its table rather than MERGE) because that
+had cost less (``spark_jobs.runtime.costs``); the first barrier of each (a keyed table's
+bootstrap: its state built from all the events), and of each keyed table its state's size on
+disk and the first barrier after a restart (its query started again on its checkpoint).
 
 Usage: python -m bench.nexmark [--events 1000000] [--per-barrier 50000] [--rounds 3] [--queries q3,q9]
 """
@@ -176,7 +176,8 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
                 print(f"{name:<6} {'-':>12} {full:12.2f}s {'-':>9} {per_barrier / full:17,.0f}  (full refresh only)")
                 continue
             inc = statistics.median(times[(name, "incremental")])
-            chose = f"  (recomputed at {recomputed[name]} of {rounds}: cheaper)" if recomputed[name] else ""
+            how = "its table rewritten, not MERGEd," if plans[name].keyed else "recomputed"
+            chose = f"  ({how} at {recomputed[name]} of {rounds}: cheaper)" if recomputed[name] else ""
             print(f"{name:<6} {inc:11.2f}s {full:12.2f}s {full / inc:8.1f}x {per_barrier / inc:17,.0f}{chose}")
         keyed = {key: job for key, job in jobs.items() if job.keyed is not None}
         if keyed:  # a restart: the query stopped, the next barrier starts it again on its checkpoint

@@ -504,8 +504,11 @@ def bench_commits(rows: int, rounds: int, tz: str, pause: float) -> None:
 
 
 def way(job: TableMaintainer) -> str:
-    """``; recomputed`` where the incremental job found recomputing cheaper (``costs``)."""
-    return "; recomputed" if job.plan.incremental and job.costs.since_probe else ""
+    """``; recomputed`` where the incremental job found recomputing cheaper (``costs``); for a
+    keyed table, ``; rewritten`` where it found rewriting its table cheaper than a MERGE."""
+    if not job.plan.incremental or not job.costs.since_probe:
+        return ""
+    return "; rewritten" if job.plan.keyed else "; recomputed"
 
 
 def phases(job: TableMaintainer) -> str:

@@ -373,7 +373,7 @@ def _derived(statement: exp.Create, where: str) -> DerivedTable:
     if len(plain) < len(given) or set(options) - {"state"} or options.get("state", "keyed") != "keyed":
         raise PipelineError(f"{where}: {', '.join(p.sql(dialect='spark') for p in given)}: a maintained table takes "
                             "no options (it is a Delta table Lockstep keeps at every barrier) but WITH ('state' = "
-                            "'keyed') (a join's rows kept by key in Spark's state store); remove them")
+                            "'keyed') (a join's rows or an aggregate's groups kept by key in Spark's state store); remove them")
     query = _query(statement.expression, where)
     return DerivedTable(name, query.sql(dialect=SPARK), tables_read(query), True, bool(statement.args.get("exists")),
                         keyed="state" in options)

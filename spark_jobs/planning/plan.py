@@ -14,7 +14,7 @@ from coordinator.domain.snapshot import HIDDEN
 
 WEIGHT = f"{HIDDEN}w"  # +n / -n multiplicity of a change row
 ROWS = f"{HIDDEN}rows"  # source rows in a group: the group disappears at 0
-BARRIER = f"{HIDDEN}barrier"  # a keyed join's staged row's barrier (``Plan.change_query`` of KEYED_JOIN)
+BARRIER = f"{HIDDEN}barrier"  # a keyed table's staged row's barrier (``Plan.change_query`` of KEYED_*)
 NUMBER = f"{HIDDEN}n"  # a row's number within its group, where no result columns identify a row
 
 
@@ -49,7 +49,7 @@ class Aggregate:
 
 
 class PlanKind(StrEnum):
-    """How a table is maintained: incrementally in one of eight shapes, or recomputed."""
+    """How a table is maintained: incrementally in one of nine shapes, or recomputed."""
 
     PROJECTION = "projection"
     AGGREGATE = "aggregate"
@@ -58,6 +58,7 @@ class PlanKind(StrEnum):
     GROUPS = "groups"
     UNION = "union"
     KEYED_JOIN = "keyed_join"  # WITH ('state' = 'keyed'): a join whose sides are kept by key in Spark's state store
+    KEYED_AGGREGATE = "keyed_aggregate"  # WITH ('state' = 'keyed'): a GROUP BY whose groups are kept there
     ROW_WISE = "row-wise"  # a Python function applied to a source's changed rows (if it is row-wise)
     FULL_REFRESH = "full_refresh"
 
@@ -115,6 +116,11 @@ class Plan:
         return self.kind != PlanKind.FULL_REFRESH
 
     @property
+    def keyed(self) -> bool:
+        """Its table is kept in Spark's state store (``spark_jobs.runtime.maintenance.keyed``)."""
+        return self.kind in (PlanKind.KEYED_JOIN, PlanKind.KEYED_AGGREGATE)
+
+    @property
     def aggregated(self) -> bool:
         """Its table keeps groups with bookkeeping columns (a row count at least)."""
         return self.kind in (PlanKind.AGGREGATE, PlanKind.JOIN_AGGREGATE)
@@ -123,7 +129,7 @@ class Plan:
         if not self.incremental:
             return (f"full refresh: recompute the query over {', '.join(self.sources)} at their versions for "
                     f"each barrier where a source changed, because {self.reason}")
-        how = "keyed join" if self.kind == PlanKind.KEYED_JOIN else self.kind.replace("_", " + ")
+        how = self.kind.replace("_", " ") if self.keyed else self.kind.replace("_", " + ")
         return f"incremental {how}: {self.reason}"
 
 

@@ -48,9 +48,9 @@ from coordinator.spark_sql import SPARK
 from spark_jobs.planning.aggregates import aggregate_names, aggregate_parts, selected, with_weight
 from spark_jobs.planning.groups import NotGrouped, groups_of
 from spark_jobs.planning.joins import join_plan, left_joins, left_joins_plan, relations
-from spark_jobs.planning.pipeline import DerivedTable, Job, Pipeline, PipelineError, RootTable, tables_read
+from spark_jobs.planning.keyed import keyed_plan
+from spark_jobs.planning.pipeline import DerivedTable, Job, Pipeline, RootTable, tables_read
 from spark_jobs.planning.plan import (
-    BARRIER,
     NUMBER,
     UNKNOWN,
     WEIGHT,
@@ -262,51 +262,11 @@ def shapes_of(roots: list[tuple[str, tuple[str, ...]]], derived: list[tuple[str,
 def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
     """The maintenance plan of a derived table, knowing the keys its sources promise (for a
     Python function's table: ``_python_plan``)."""
-    if table.keyed:
-        return keyed_join_plan(table.name, table.query)
     shapes = shapes_of([(t.name, t.primary_key) for t in pipeline.roots],
                        [(t.name, t.query) for t in pipeline.derived if t.python is None])
+    if table.keyed:
+        return keyed_plan(table.name, table.query, shapes)
     return plan_query(table.query, shapes) if table.python is None else _python_plan(table, shapes)
-
-
-def keyed_join_plan(name: str, query: str) -> Plan:
-    """WITH ('state' = 'keyed'): an INNER equi-join of two tables, each side's rows kept by join
-    key in Spark's state store (``spark_jobs.runtime.maintenance.keyed``); its streaming query is
-    ``change_query``, the query plus the newest barrier of the two rows joined (``BARRIER``).
-    Any other query is a PipelineError: the option would otherwise be silently ignored.
-
-    >>> keyed_join_plan("t", "SELECT b.x, a.y FROM b JOIN a ON b.k = a.id").change_query.split(" FROM ")[0]
-    'SELECT b.x, a.y, GREATEST(b.__lockstep_barrier, a.__lockstep_barrier) AS __lockstep_barrier'
-    """
-    tree = sqlglot.parse_one(query, read=SPARK)
-    why = ""
-    if not isinstance(tree, exp.Select) or any(s is not tree for s in tree.find_all(exp.Select)):
-        why = "it is not one SELECT (a UNION, a subquery or a CTE)"
-    elif any(tree.args.get(c) for c in ("group", "having", "distinct", "qualify", "order", "limit", "laterals")) \
-            or tree.find(exp.AggFunc, exp.Window) or _generator(tree):
-        why = "it aggregates, ranks, orders or explodes its rows (a join's rows only are kept this way)"
-    else:
-        try:
-            aliases, join = relations(tree)
-        except Unsupported as exc:
-            why = str(exc)
-        else:
-            if join is None or len(join.tables) != 2 or join.side != "INNER" or not join.columns:
-                why = "it is not an INNER equi-join of two tables"
-    if why:
-        raise PipelineError(f"table {name}: WITH ('state' = 'keyed') keeps an INNER equi-join of two tables (no "
-                            f"GROUP BY, window or subquery) by join key, but {why}; remove the option")
-    assert join is not None
-    left, right = join.tables
-    alias = {t: a for a, t in aliases.items()}
-    streaming = tree.copy()
-    streaming.select(f"GREATEST({alias[left]}.{BARRIER}, {alias[right]}.{BARRIER}) AS {BARRIER}", dialect=SPARK, copy=False)
-    on = " AND ".join(f"{left}.{a} = {right}.{b}" for a, b in zip(join.columns[left], join.columns[right], strict=True))
-    return Plan(PlanKind.KEYED_JOIN, f"INNER equi-join on {on}, each side's rows kept by join key in Spark's state "
-                "store (RocksDB, checkpointed with the table): a barrier's new rows find their matches by a key "
-                "lookup, and the joined rows are appended; a barrier that updates or deletes a source row rebuilds "
-                "the state from the sources' snapshots", query, tuple(sorted(join.tables)), append_only=True,
-                join_columns=join.columns, change_query=streaming.sql(dialect=SPARK))
 
 
 def _python_plan(table: DerivedTable, shapes: Mapping[str, TableShape]) -> Plan:

@@ -36,7 +36,7 @@ from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.maintenance.change_rows import numbered
 from spark_jobs.runtime.maintenance.functions import DEAD_LETTERS_PHASE, check_row_wise, follow_row_wise, recompute_function
-from spark_jobs.runtime.maintenance.keyed import KeyedJoin
+from spark_jobs.runtime.maintenance.keyed import KeyedState
 from spark_jobs.runtime.maintenance.table import REWRITE_LIMIT_BYTES, MaintainedTable
 from spark_jobs.runtime.maintenance.writes import Written, apply_changes, write_result
 from spark_jobs.runtime.stopwatch import Stopwatch
@@ -71,7 +71,7 @@ class TableMaintainer:
             hashlib.sha256((self.table.query + "\nkeyed" * self.table.keyed).encode()).hexdigest()[:16], self.costs,
             self.crash_at, self.compact_every,
             schema=self.spark.read.format("delta").load(sink.path).schema if sink.exists else None)
-        self.keyed = KeyedJoin(self.maintained) if self.plan.kind == PlanKind.KEYED_JOIN else None
+        self.keyed = KeyedState(self.maintained) if self.plan.keyed else None
         # generation, the source versions reflected, and the sink version
         self.base: tuple[int, dict[str, int], int] | None = None
         self._row_wise_checked = False  # a ROW_WISE plan's function was found row-wise (or the plan changed)

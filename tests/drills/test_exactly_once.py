@@ -1,11 +1,11 @@
 """Exactly once under kill -9: the job process dies 6 times (LOCKSTEP_DRILL_KILLS), before commits, between a commit
-and its completion, between a keyed join's state commit and its table's commit, and at random
+and its completion, between a keyed table's state commit and its table's commit, and at random
 moments, while a producer keeps writing. After every restart the tables must hold each record
 exactly once: per key, sequence numbers 1..n with no gap and no duplicate, and the aggregate
 downstream agrees, as does a Python table (a row-wise function kept by appending each barrier's
-new rows) and a keyed join of the two (its rows in Spark's state store); every barrier is
-committed once, and the version each completion published is the one the table's history says
-holds that barrier."""
+new rows), a keyed join of the two and a keyed aggregate (their rows and groups in Spark's state
+store); every barrier is committed once, and the version each completion published is the one
+the table's history says holds that barrier."""
 
 from __future__ import annotations
 
@@ -41,10 +41,12 @@ KEYS = 7
 CRASH_POINTS = ("before_commit:0.5", "before_completion:0.5", "after_state_commit:0.5", None)
 KILLS = int(os.environ.get("LOCKSTEP_DRILL_KILLS", "6"))  # each crash point at least once; more: the variable
 RUNS = [CRASH_POINTS[i % len(CRASH_POINTS)] for i in range(KILLS)]
-TABLES = ["events", "per_key", "evens", "mean_seq", "evens_joined"]
+TABLES = ["events", "per_key", "evens", "mean_seq", "evens_joined", "per_key_state"]
 KEYED = """
 CREATE TABLE evens_joined WITH ('state' = 'keyed') AS
   SELECT e.k, e.seq FROM events e JOIN evens v ON e.k = v.k AND e.seq = v.seq;
+CREATE TABLE per_key_state WITH ('state' = 'keyed') AS
+  SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) AS total FROM events GROUP BY k;
 """
 PYTHON_TABLES = '''
 from pyspark.sql import DataFrame
@@ -148,6 +150,9 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
             for t in ("events", "evens", "evens_joined")}
     assert rows["evens"] == Counter({row: n for row, n in rows["events"].items() if row[1] % 2 == 0})
     assert rows["evens_joined"] == rows["evens"]  # each even record once, though its state outlived the kills
+    keyed_groups = at(spark, settings, "per_key_state", state.exact_points("per_key_state")[b]).collect()
+    assert sorted(tuple(r) for r in keyed_groups) == \
+        sorted(tuple(r) for r in at(spark, settings, "per_key", state.exact_points("per_key")[b]).collect())
     per_key = {r["k"]: r["total"] / r["n"] for r in at(spark, settings, "per_key", state.exact_points("per_key")[b]).collect()}
     assert {r["k"]: r["mean"] for r in at(spark, settings, "mean_seq", state.exact_points("mean_seq")[b]).collect()} == per_key
     for table in TABLES:

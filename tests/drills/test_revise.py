@@ -2,8 +2,8 @@
 again with the fixed query and its table revised from a barrier; (b) a root table's data went
 wrong: it is revised and re-ingested from a barrier; (c) everything from scratch (--full).
 A Python table (a row-wise function, kept by appending new rows) is revised with its source, and
-so is a keyed join of the two (its rows in Spark's state store: a revision starts a new state, an
-UPDATE of its source rebuilds it). Read-committed reads see no anomaly at any time, and
+so are a keyed join of the two and a keyed aggregate (their rows and groups in Spark's state
+store: a revision starts a new state, an UPDATE of their source rebuilds it). Read-committed reads see no anomaly at any time, and
 afterwards every exact point after the barrier matches the oracle."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ PIPELINE = """
 CREATE TABLE events (k BIGINT, v BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
 CREATE TABLE mid AS SELECT k, SUM(v) AS total FROM events {where} GROUP BY k;
 CREATE TABLE top AS SELECT COUNT(*) AS groups, SUM(total) AS grand FROM mid;
-CREATE TABLE counts AS SELECT k, COUNT(*) AS n FROM events GROUP BY k;
+CREATE TABLE counts WITH ('state' = 'keyed') AS SELECT k, COUNT(*) AS n FROM events GROUP BY k;
 CREATE TABLE busy AS SELECT k, COUNT(*) AS n, MAX(v) AS top FROM events GROUP BY k HAVING COUNT(*) >= 3;
 CREATE TABLE odd_joined WITH ('state' = 'keyed') AS
   SELECT e.k, e.v FROM events e JOIN odd o ON e.k = o.k AND e.v = o.v;

@@ -1,28 +1,32 @@
-"""A keyed join, for tables declared ``WITH ('state' = 'keyed')``: an INNER equi-join of two
-tables whose rows are kept by join key in Spark's state store. A barrier's new rows then find
-their matches by a key lookup instead of by reading the other table, so a barrier costs what
-its changes cost, not what the tables hold.
+"""Tables declared ``WITH ('state' = 'keyed')`` (``spark_jobs.planning.keyed``): a keyed join,
+whose two sides' rows are kept by join key in Spark's state store, or a keyed aggregate, whose
+groups' running aggregates are. A barrier's new rows then find their matches, or their groups,
+by a key lookup instead of by reading the tables, so a barrier costs what its changes cost, not
+what the tables hold.
 
-One streaming query per table runs for the job's life. It is Spark's stream-stream join over
-each source's staged rows, with the RocksDB state store. Its checkpoint is kept in the table's
-folder (``_lockstep_state``): Delta's VACUUM leaves folders starting with ``_`` alone, and
-dropping the table removes them with it. At each barrier:
+One streaming query per table runs for the job's life: Spark's stream-stream join (its joined
+rows appended) or streaming aggregation (in update mode: the groups a batch changed) over each
+source's staged rows, with the RocksDB state store. Its checkpoint is kept in the table's folder
+(``_lockstep_state``): Delta's VACUUM leaves folders starting with ``_`` alone, and dropping the
+table removes them with it. At each barrier:
 
 1. Each source's new rows, tagged with the barrier (``BARRIER``), are staged as Parquet in the
    barrier's folder. The folder gets its name only once every source is written (a rename), so
    the query's file sources pick up the barrier's rows together, in one micro-batch. A barrier
    retried after a crash finds it there; the barrier's commit deletes it.
 2. The job waits for the query to process them: one micro-batch, whose state is committed.
-   The micro-batch's joined rows are written as Parquet by its ``foreachBatch``.
-3. The job reads the rows of this barrier and appends them to the table in the barrier's
-   commit (txn-marked). A crash between 2 and 3 leaves them on disk: the retried barrier's
-   batch has already run, and the retried barrier commits them.
+   The micro-batch's rows are written as Parquet by its ``foreachBatch``.
+3. The job reads the rows of this barrier and commits them to the table (txn-marked): the
+   joined rows appended, the changed groups MERGEd by the GROUP BY columns. A crash between
+   2 and 3 leaves them on disk: the retried barrier's batch has already run, and the retried
+   barrier commits them.
 
 The state is rebuilt (a new folder; the sources' snapshots staged as the barrier's rows; the
-table overwritten with the join) in these cases:
+table overwritten with the result) in these cases:
 * at a generation's first barrier;
 * for a table with no state;
-* when a barrier updates or deletes a source row, which a join of inserts cannot retract.
+* when a barrier updates or deletes a source row, which a join or a running aggregate of
+  inserts cannot take back.
 """
 
 from __future__ import annotations
@@ -37,9 +41,9 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from coordinator.domain.work import BarrierWork
 from coordinator.faults import crash_point
-from spark_jobs.planning.plan import BARRIER, WEIGHT
+from spark_jobs.planning.plan import BARRIER, WEIGHT, PlanKind
 from spark_jobs.runtime.maintenance.table import MaintainedTable
-from spark_jobs.runtime.maintenance.writes import Written, write_result
+from spark_jobs.runtime.maintenance.writes import Written, upsert_groups, write_result
 from spark_jobs.runtime.storage import Storage
 
 if TYPE_CHECKING:
@@ -52,8 +56,8 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 TRIGGER = "100 milliseconds"  # how often the running query looks for a staged barrier
 
 
-class KeyedJoin:
-    """The state and streaming query of one keyed join table (``TableMaintainer`` makes it)."""
+class KeyedState:
+    """The state and streaming query of one keyed table (``TableMaintainer`` makes it)."""
 
     def __init__(self, t: MaintainedTable) -> None:
         self.t = t
@@ -61,7 +65,8 @@ class KeyedJoin:
         self.home = f"{t.sink.path.rstrip('/')}/{STATE_FOLDER}"
         self.folder: str | None = None  # the state the query runs on: g<generation>-b<barrier it started at>
         self.query: StreamingQuery | None = None
-        self.schema: StructType | None = None  # the joined rows', without BARRIER
+        self.schema: StructType | None = None  # the result rows', without BARRIER
+        self.aggregate = t.plan.kind == PlanKind.KEYED_AGGREGATE  # (else a join)
         self._session: SparkSession | None = None
 
     def process(self, work: BarrierWork, base: tuple[dict[str, int], int] | None) -> Written:
@@ -70,7 +75,7 @@ class KeyedJoin:
             try:
                 rows = self._inserted(base[0], work)
                 if rows is not None:
-                    return self._advance(work, rows, "append")
+                    return self._advance(work, rows, "merge" if self.aggregate else "append", base[1])
             finally:
                 self.t.release()
             log.info("table %s: barrier %d updates or deletes a source row; its keyed state is rebuilt",
@@ -123,37 +128,44 @@ class KeyedJoin:
             rows[source] = changes.drop(WEIGHT)
         return rows
 
-    def _advance(self, work: BarrierWork, rows: dict[str, DataFrame], mode: str) -> Written:
-        """Stage ``rows``, let the query join them with the state, commit the joined rows."""
+    def _advance(self, work: BarrierWork, rows: dict[str, DataFrame], mode: str, old_sink: int = -1) -> Written:
+        """Stage ``rows``, let the query join or aggregate them with the state, commit its rows
+        to the table (at ``old_sink``, for a MERGE)."""
         assert self.folder is not None
         with self.t.watch.phase("stage"):
             self._stage(rows, work.barrier)
         query = self._running(work)
-        self._join(query)
+        self._run_batch(query)
         crash_point("after_state_commit", self.t.crash_at)  # drills: the state has the batch, the table not yet
         out = f"{self.folder}/out"
         batches = [f"{out}/{n}" for n in self.storage.names(out) if not n.startswith(("_", "."))]
         schema = self.schema
         assert schema is not None
 
-        def joined() -> DataFrame:
+        def made() -> DataFrame:
             if not batches:
                 return self.t.spark.createDataFrame([], schema)
             found = self.t.spark.read.schema(StructType([*schema.fields, StructField(BARRIER, LongType())]))
             return found.parquet(*batches).where(F.col(BARRIER) == work.barrier).drop(BARRIER)
 
-        written = write_result(self.t, work, joined, mode)
+        if mode == "merge":
+            written = upsert_groups(self.t, work, made(), old_sink)
+        else:
+            began = time.monotonic()
+            written = write_result(self.t, work, made, mode)
+            if mode == "overwrite" and self.aggregate:  # what a rewrite costs (``upsert_groups`` chooses by it)
+                self.t.costs.measured(True, time.monotonic() - began)
         staged = f"{self.folder}/staged"
         for done in batches + [f"{staged}/{n}" for n in self.storage.names(staged)]:
             self.storage.delete(done)  # committed: the next barrier stages and joins rows of its own
         return written
 
-    def _join(self, query: StreamingQuery) -> None:
-        """Let the query process what is staged; time it as Spark's progress splits it: the join
-        (its tasks' state lookups and updates), the state stores' commit (Spark sums it over the
-        partitions: divided by those that run at once), the query's own work around the batch
-        (listing the staged files, its offset and commit logs: "stream"), and the rest, waiting
-        for its trigger ("wait")."""
+    def _run_batch(self, query: StreamingQuery) -> None:
+        """Let the query process what is staged; time it as Spark's progress splits it: the state
+        work (the join's or aggregate's tasks: state lookups and updates), the state stores'
+        commit (Spark sums it over the partitions: divided by those that run at once), the
+        query's own work around the batch (listing the staged files, its offset and commit logs:
+        "stream"), and the rest, waiting for its trigger ("wait")."""
         def batches() -> list[dict]:  # (an idle query reports progress too, with the next batch's id)
             return [p for p in query.recentProgress if "addBatch" in p["durationMs"]]
 
@@ -167,7 +179,7 @@ class KeyedJoin:
         at_once = max(1, self.t.spark.sparkContext.defaultParallelism)
         commit = min(batch, sum(o.get("commitTimeMs", 0) / min(at_once, max(1, o.get("numShufflePartitions", 1)))
                                 for p in ran for o in p["stateOperators"]))
-        self.t.watch.add("join", batch - commit)
+        self.t.watch.add("state work", batch - commit)
         self.t.watch.add("state commit", commit)
         self.t.watch.add("stream", max(triggers - batch, 0))
         self.t.watch.add("wait", max(spent - triggers, 0))  # (a trigger's time includes its batch's)
@@ -212,5 +224,6 @@ class KeyedJoin:
             rows.write.mode("overwrite").parquet(f"{out}/b{batch_id}")
 
         self.query = (frame.writeStream.queryName(f"{self.t.job_id}_keyed").foreachBatch(batch)
+                      .outputMode("update" if self.aggregate else "append")
                       .option("checkpointLocation", f"{self.folder}/checkpoint").trigger(processingTime=TRIGGER).start())
         return self.query

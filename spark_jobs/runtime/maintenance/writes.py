@@ -9,6 +9,7 @@ grows with the table: a 10M-row join result took 11 s a barrier rewritten, 3.2 s
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from pyspark.sql import DataFrame, DataFrameWriter, Observation
@@ -45,6 +46,43 @@ def write_result(t: MaintainedTable, work: BarrierWork, result: Callable[[], Dat
     version = t.commit(work, lambda: writer.mode(mode).save(path))
     rows = int(observation.get["rows"]) if t.sink.written else 0
     return version, (rows, rows, 0)
+
+
+def upsert_groups(t: MaintainedTable, work: BarrierWork, groups: DataFrame, old_sink: int) -> Written:
+    """Commit a keyed aggregate's changed ``groups`` (their new rows) over the table at
+    ``old_sink``, the cheaper of two ways: the table rewritten whole in one Spark job (its other
+    groups and these), or a MERGE by key. Groups changed across the whole key range make the
+    MERGE read and rewrite every file, in more jobs than the rewrite runs: 5.0 s against 1.95 s
+    at 600k rows here. Changes near each other (new keys) make the MERGE cheap where it can skip
+    files. A small table is rewritten; else ``t.costs`` measures both ways (the overwrite that
+    built the table is a rewrite's measure) and takes the cheaper, trying the other again now
+    and then. A barrier that changed no group commits an empty append: every barrier of a keyed
+    table commits, so a restart never stages again rows its state already holds."""
+    with t.watch.phase("changes"):
+        t.schema = groups.schema
+        key = t.key()
+        groups = t.cache(groups)
+        changed = groups.count()  # the write reads them from the cache
+        rewrite = changed > 0 and (table_bytes(t.spark, t.sink.path) <= t.rewrite_limit_bytes or t.costs.whole())
+        target = within(groups.select(*key).collect(), [(f"t.`{k}`", k) for k in key]) \
+            if 0 < changed <= KEYS_LIMIT and not rewrite else None
+
+    def write() -> None:
+        if rewrite:
+            old = read_version(t.spark, t.sink.path, old_sink)
+            kept = old.join(groups, same_values(old, groups, [(k, k) for k in key]), "left_anti")
+            with session_conf(t.spark, {"spark.sql.shuffle.partitions": "1"}):
+                key_ordered(t, kept.unionByName(groups)).mode("overwrite").save(t.sink.path)
+        elif changed:
+            merge_by_key(t.spark, t.sink.path, groups, key, t.columns(), null_safe=True, target=target)
+        else:
+            groups.write.format("delta").mode("append").save(t.sink.path)
+
+    began = time.monotonic()
+    version = t.commit(work, write)
+    if changed:
+        t.costs.measured(rewrite, time.monotonic() - began)
+    return version, (changed, changed, 0)
 
 
 def apply_changes(t: MaintainedTable, work: BarrierWork, base: tuple[dict[str, int], int],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.domain.snapshot import HIDDEN
-from spark_jobs.planning.pipeline import PipelineError, parse_pipeline
+from spark_jobs.planning.pipeline import parse_pipeline
 from spark_jobs.planning.plan import NUMBER, TableShape
 from spark_jobs.planning.plans import plan_for, plan_query, shapes_of
 from tests.support import ROOT
@@ -205,35 +205,10 @@ def test_the_nexmark_pipeline_maintains_its_queries_incrementally_where_it_can()
     plans = {t.name: plan_for(pipeline, t) for t in pipeline.derived}
     assert {n: str(p.kind) for n, p in plans.items()} == {
         "q0": "projection", "q1": "projection", "q2": "projection", "q3": "keyed_join", "q9": "groups",
-        "q15": "aggregate", "q16": "aggregate", "q17": "aggregate", "q18": "groups", "q19": "groups",
+        "q15": "aggregate", "q16": "aggregate", "q17": "keyed_aggregate", "q18": "groups", "q19": "groups",
         "q21": "projection", "q22": "projection", "q5": "groups", "q7": "groups", "q8": "groups", "q20": "keyed_join",
         "q4_final": "join_aggregate", "q4": "aggregate",  # q4 in two tables: auctions' closing prices, then
     }                                                       # their categories' averages (over a keyed table)
     assert plans["q4"].sources == ("q4_final",) and not plans["q4"].inserts_only
     assert plans["q20"].join_columns == {"bid": ("auction",), "auction": ("id",)}  # WITH ('state' = 'keyed')
     assert plans["q5"].group_sources == {"bid": ("WINDOW(date_time, '10 seconds', '2 seconds')",)}  # by window
-
-
-def test_a_keyed_join_is_an_inner_equi_join_of_two_tables_and_nothing_else() -> None:
-    """WITH ('state' = 'keyed'): a join kept by key in Spark's state store; any other query is
-    refused with why (the option is never silently ignored)."""
-    roots = ("CREATE TABLE bids (auction BIGINT, price BIGINT) WITH ('source' = 'kafka:b');\n"
-             "CREATE TABLE auctions (id BIGINT, category BIGINT) WITH ('source' = 'kafka:a', 'primary_key' = 'id');\n")
-    pipeline = parse_pipeline(roots + "CREATE TABLE hot WITH ('state' = 'keyed') AS SELECT b.price, a.category "
-                              "FROM bids b JOIN auctions a ON b.auction = a.id WHERE a.category = 10")
-    plan = plan_for(pipeline, pipeline.table("hot"))
-    assert (plan.kind, plan.sources, plan.append_only) == ("keyed_join", ("auctions", "bids"), True)
-    assert plan.join_columns == {"bids": ("auction",), "auctions": ("id",)}
-    assert plan.explain().startswith("incremental keyed join: INNER equi-join on bids.auction = auctions.id")
-    assert f"GREATEST(b.{HIDDEN}barrier, a.{HIDDEN}barrier) AS {HIDDEN}barrier FROM bids" in plan.change_query
-    for query, why in [
-        ("SELECT a.category, COUNT(*) AS n FROM bids b JOIN auctions a ON b.auction = a.id GROUP BY a.category",
-         "it aggregates"),
-        ("SELECT b.price FROM bids b LEFT JOIN auctions a ON b.auction = a.id", "not an INNER equi-join of two tables"),
-        ("SELECT b.price FROM bids b JOIN auctions a ON b.price > a.id", "no equality between a column of each"),
-        ("SELECT price FROM bids", "not an INNER equi-join of two tables"),
-        ("SELECT b.price FROM bids b JOIN (SELECT id FROM auctions) a ON b.auction = a.id", "not one SELECT"),
-    ]:
-        keyed = parse_pipeline(roots + f"CREATE TABLE t WITH ('state' = 'keyed') AS {query}")
-        with pytest.raises(PipelineError, match=f"table t: WITH \\('state' = 'keyed'\\) keeps .*{why}"):
-            plan_for(keyed, keyed.table("t"))

@@ -1,9 +1,12 @@
-"""A keyed join (``WITH ('state' = 'keyed')``) against real Delta tables and Spark's RocksDB state
-store, checked barrier by barrier against the same query over the sources' snapshots: through
-inserts on both sides (bids before their auction too), a barrier that updates an auction (the
-state is rebuilt), a restart (the state carries on from its checkpoint), and a barrier retried
-after its state was committed but its table commit was not (vacuum meanwhile leaves the state
-alone), and a revision (a new generation starts a new state)."""
+"""Keyed tables (``WITH ('state' = 'keyed')``) against real Delta tables and Spark's RocksDB state
+store, checked barrier by barrier against the same query over the sources' snapshots.
+
+A keyed join through inserts on both sides (bids before their auction too), a barrier that
+updates an auction (the state is rebuilt), a restart (the state carries on from its
+checkpoint), a barrier retried after its state was committed but its table commit was not
+(vacuum meanwhile leaves the state alone), and a revision (a new generation starts a new
+state). A keyed aggregate through bids on new and old auctions (its groups MERGEd, or the table
+rewritten where that was measured cheaper), a barrier whose rows change no group, a restart, a retry and a revision."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from spark_jobs.planning.pipeline import parse_pipeline
 from spark_jobs.planning.plan import PlanKind
 from spark_jobs.planning.plans import plan_for
 from spark_jobs.runtime.commits import DeltaSink
+from spark_jobs.runtime.costs import PROBE_EVERY, CostChoice
 from spark_jobs.runtime.delta_log import read_version
 from spark_jobs.runtime.ivm import TableMaintainer
 from spark_jobs.runtime.maintenance.keyed import STATE_FOLDER
@@ -35,7 +39,19 @@ CREATE TABLE bids ({BIDS}) WITH ('source' = 'kafka:b');
 CREATE TABLE auctions ({AUCTIONS}) WITH ('source' = 'kafka:a', 'primary_key' = 'id');
 CREATE TABLE hot WITH ('state' = 'keyed') AS
   SELECT b.auction, b.price, a.category FROM bids b JOIN auctions a ON b.auction = a.id WHERE a.category = 10;
+CREATE TABLE stats WITH ('state' = 'keyed') AS
+  SELECT auction, price % 2 AS parity, COUNT(*) AS n, COUNT(*) FILTER (WHERE price < 100) AS cheap,
+         MIN(price) AS low, MAX(price) AS high, AVG(price) AS mean, SUM(price) AS total
+  FROM bids WHERE price >= 0 GROUP BY auction, price % 2;
 """
+
+
+def query_at(spark: SparkSession, warehouse: Path, query: str, versions: dict[str, int]) -> Counter[tuple[Any, ...]]:
+    """The rows of ``query`` over the sources at ``versions``: what the table must hold."""
+    session = spark.newSession()
+    for name, version in versions.items():
+        read_version(session, str(warehouse / name), version).createOrReplaceTempView(name)
+    return Counter(tuple(r) for r in session.sql(query).collect())
 
 
 class Completions:
@@ -73,10 +89,7 @@ def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a
             frame.alias("s"), "t.id = s.id").whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
 
     def expected(versions: dict[str, int]) -> Counter[tuple[Any, ...]]:
-        session = spark.newSession()
-        for name, version in versions.items():
-            read_version(session, str(warehouse / name), version).createOrReplaceTempView(name)
-        return Counter(tuple(r) for r in session.sql(table.query).collect())
+        return query_at(spark, warehouse, table.query, versions)
 
     def states() -> list[str]:
         return sorted(p.name for p in (warehouse / "hot" / STATE_FOLDER).iterdir())
@@ -118,9 +131,60 @@ def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a
         got = spark.read.format("delta").option("versionAsOf", completions.seen[barrier]).load(str(warehouse / "hot"))
         assert Counter(tuple(r) for r in got.collect()) == expected(versions), f"barrier {barrier}"
         assert states() == [f"g1-b{1 if barrier < 4 else 4}"], f"barrier {barrier}: {states()}"
-        assert {"stage", "join", "state commit", "write"} <= {p.name for p in job.watch.phases()}, f"barrier {barrier}"
+        assert {"stage", "state work", "state commit", "write"} <= {p.name for p in job.watch.phases()}, f"barrier {barrier}"
     job.process(BarrierWork(7, 2, 0, source_versions=dict(versions)))  # a revision: a new generation, a new state
     assert states() == ["g2-b7"]
     got = spark.read.format("delta").option("versionAsOf", completions.seen[7]).load(str(warehouse / "hot"))
     assert Counter(tuple(r) for r in got.collect()) == expected(versions)
+    job.close()
+
+
+def test_a_keyed_aggregate_equals_its_query_through_old_groups_a_restart_a_retry_and_a_revision(
+        spark: SparkSession, tmp_path: Path) -> None:
+    rng = random.Random(7)
+    warehouse = tmp_path / "wh"
+    bids = DeltaSink(spark, str(warehouse / "bids"), "ingest_bids", BIDS)
+    pipeline = parse_pipeline(PIPELINE)
+    table = pipeline.table("stats")
+    plan = plan_for(pipeline, table)
+    assert plan.kind == PlanKind.KEYED_AGGREGATE and "keyed aggregate" in plan.explain()
+    completions = Completions()
+
+    def maintainer() -> TableMaintainer:  # (a MERGE at every barrier, whatever it costs, unless told)
+        return TableMaintainer(spark, table, plan, "maintain_stats", lambda name: str(warehouse / name),
+                               completions, rewrite_limit_bytes=-1, costs=CostChoice(probe_every=1))  # type: ignore[arg-type]
+
+    versions: dict[str, int] = {}
+    job = maintainer()
+    for barrier in range(1, 7):
+        # new auctions' bids, and bids on auctions of any earlier barrier (their groups change);
+        # barrier 3's bids are all filtered out by the WHERE: no group changes
+        rows = [(rng.randrange(1, barrier * 10 + 10), rng.randrange(-5, 200) if barrier != 3 else -1) for _ in range(30)]
+        versions["bids"] = bids.commit(barrier, 1, lambda r=rows: spark.createDataFrame(r, BIDS).write.format(
+            "delta").mode("append").save(bids.path))
+        work = BarrierWork(barrier, 1, 0, source_versions=dict(versions))
+        if barrier == 4:
+            job.close()
+            job = maintainer()  # a restart: only the state's checkpoint and the table are left
+        if barrier == 5:  # the state committed the barrier, the table commit never happened
+            assert job.keyed is not None
+            job.keyed._stage({"bids": spark.createDataFrame(rows, BIDS)}, barrier)
+            job.keyed._running(work).processAllAvailable()
+            job.close()
+            job = maintainer()
+        if barrier == 6:  # the MERGEs were measured dearer than a rewrite: the table is rewritten
+            job.costs.probe_every, job.costs.whole_s, job.costs.applied_s = PROBE_EVERY, 0.1, 10.0
+        job.process(work)
+        got = spark.read.format("delta").option("versionAsOf", completions.seen[barrier]).load(str(warehouse / "stats"))
+        assert Counter(tuple(r) for r in got.collect()) == query_at(spark, warehouse, table.query, versions), \
+            f"barrier {barrier}"
+        assert {"stage", "state work", "state commit", "write"} <= {p.name for p in job.watch.phases()}, f"barrier {barrier}"
+    history = DeltaTable.forPath(spark, str(warehouse / "stats")).history().orderBy("version").collect()
+    assert [h.operation for h in history] == ["WRITE", "MERGE", "WRITE", "MERGE", "MERGE", "WRITE"]
+    modes = [h.operationParameters.get("mode") for h in history]
+    assert (modes[0], modes[2], modes[5]) == ("Overwrite", "Append", "Overwrite")  # 3: no group changed
+    job.process(BarrierWork(7, 2, 0, source_versions=dict(versions)))  # a revision: a new generation, a new state
+    assert sorted(p.name for p in (warehouse / "stats" / STATE_FOLDER).iterdir()) == ["g2-b7"]
+    got = spark.read.format("delta").option("versionAsOf", completions.seen[7]).load(str(warehouse / "stats"))
+    assert Counter(tuple(r) for r in got.collect()) == query_at(spark, warehouse, table.query, versions)
     job.close()

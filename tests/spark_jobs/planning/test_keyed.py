@@ -1,0 +1,62 @@
+"""WITH ('state' = 'keyed'): which queries Spark's state store keeps by key (a join of two
+tables, a GROUP BY of one table that only grows), and a refusal that says why for any other
+(the option is never silently ignored)."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.domain.snapshot import HIDDEN
+from spark_jobs.planning.pipeline import Pipeline, PipelineError, parse_pipeline
+from spark_jobs.planning.plans import plan_for
+
+ROOTS = ("CREATE TABLE bids (auction BIGINT, price BIGINT, day STRING) WITH ('source' = 'kafka:b');\n"
+         "CREATE TABLE auctions (id BIGINT, category BIGINT) WITH ('source' = 'kafka:a', 'primary_key' = 'id');\n")
+
+
+def keyed(query: str) -> Pipeline:
+    return parse_pipeline(ROOTS + f"CREATE TABLE t WITH ('state' = 'keyed') AS {query}")
+
+
+def test_a_keyed_join_keeps_each_sides_rows_by_join_key() -> None:
+    pipeline = keyed("SELECT b.price, a.category FROM bids b JOIN auctions a ON b.auction = a.id WHERE a.category = 10")
+    plan = plan_for(pipeline, pipeline.table("t"))
+    assert (plan.kind, plan.sources, plan.append_only, plan.keyed) == ("keyed_join", ("auctions", "bids"), True, True)
+    assert plan.join_columns == {"bids": ("auction",), "auctions": ("id",)}
+    assert plan.explain().startswith("incremental keyed join: INNER equi-join on bids.auction = auctions.id")
+    assert f"GREATEST(b.{HIDDEN}barrier, a.{HIDDEN}barrier) AS {HIDDEN}barrier FROM bids" in plan.change_query
+
+
+def test_a_keyed_aggregate_keeps_each_groups_running_aggregates_by_its_group_columns() -> None:
+    pipeline = keyed("SELECT day, auction, COUNT(*) AS n, COUNT(*) FILTER (WHERE price < 10) AS cheap, "
+                     "MIN(price) AS low, AVG(price) AS mean FROM bids WHERE price > 0 GROUP BY auction, day")
+    plan = plan_for(pipeline, pipeline.table("t"))
+    assert (plan.kind, plan.sources, plan.key, plan.append_only) == ("keyed_aggregate", ("bids",), (0, 1), False)
+    assert plan.explain().startswith("incremental keyed aggregate: GROUP BY auction, day of bids, which only grows, "
+                                     "with COUNT(*), COUNT, MIN, AVG")
+    assert plan.change_query.endswith(f"MAX({HIDDEN}barrier) AS {HIDDEN}barrier FROM bids WHERE price > 0 "
+                                      "GROUP BY auction, day")
+
+
+@pytest.mark.parametrize(
+    ("query", "why"),
+    [
+        ("SELECT b.price FROM bids b LEFT JOIN auctions a ON b.auction = a.id", "not an INNER equi-join of two tables"),
+        ("SELECT b.price FROM bids b JOIN auctions a ON b.price > a.id", "no equality between a column of each"),
+        ("SELECT price FROM bids", "not an INNER equi-join of two tables"),
+        ("SELECT b.price FROM bids b JOIN (SELECT id FROM auctions) a ON b.auction = a.id", "not one SELECT"),
+        ("SELECT a.category, COUNT(*) AS n FROM bids b JOIN auctions a ON b.auction = a.id GROUP BY a.category",
+         "it aggregates a join"),
+        ("SELECT category, COUNT(*) AS n FROM auctions GROUP BY category", "auctions may update or delete rows"),
+        ("SELECT auction, COUNT(DISTINCT price) AS n FROM bids GROUP BY auction", "COUNT\\(DISTINCT"),
+        ("SELECT auction, SUM(price) AS s FROM bids GROUP BY auction HAVING SUM(price) > 9", "HAVING"),
+        ("SELECT COUNT(*) AS n FROM bids", "without GROUP BY"),
+        ("SELECT auction, SUM(price) * 2 AS s FROM bids GROUP BY auction", "an expression over aggregates"),
+        ("SELECT SUM(price) AS s FROM bids GROUP BY auction", "not in the select list"),
+        ("SELECT auction, price, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price) AS r FROM bids", "ranks"),
+    ],
+)
+def test_any_other_query_is_refused_with_why(query: str, why: str) -> None:
+    pipeline = keyed(query)
+    with pytest.raises(PipelineError, match=f"table t: WITH \\('state' = 'keyed'\\) keeps .*{why}.*; remove the option"):
+        plan_for(pipeline, pipeline.table("t"))
