@@ -8,7 +8,8 @@ Two shapes are kept this way, each Spark's own stateful streaming operator:
   joined rows of a barrier's new rows are appended;
 * a **keyed aggregate**: a GROUP BY over one table that only grows, with COUNT, COUNT(*), SUM,
   AVG, MIN, MAX (and ``FILTER (WHERE ...)``), each group's running aggregates kept by group;
-  the groups a barrier changed are upserted (MERGE) by the GROUP BY columns.
+  the groups a barrier changed are MERGEd by the GROUP BY columns (or the table rewritten with
+  them, where the job measured that cheaper: ``maintenance.writes.upsert_groups``).
 
 Any other query declared keyed is a ``PipelineError``: the option is never silently ignored.
 Each plan's ``change_query`` is the streaming query, the query plus ``BARRIER``: the newest
@@ -87,5 +88,6 @@ def _keyed_aggregate(tree: exp.Select, shapes: Mapping[str, TableShape]) -> Plan
     return Plan(PlanKind.KEYED_AGGREGATE, f"GROUP BY {group} of {source}, which only grows, with "
                 f"{aggregate_names(parts.get('aggregates', ()))}: each group's running aggregates kept in Spark's "
                 "state store (RocksDB, checkpointed with the table), so a barrier's new rows update their groups by a "
-                "key lookup, and the groups they changed are upserted (MERGE) by the GROUP BY columns",
+                "key lookup; the groups they changed are MERGEd by the GROUP BY columns, or the table rewritten with "
+                "them where the job measured that cheaper",
                 tree.sql(dialect=SPARK), (source,), key=parts.get("key"), change_query=streaming.sql(dialect=SPARK))

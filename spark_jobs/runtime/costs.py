@@ -9,7 +9,9 @@ a million events: 2.6 s against 0.9 s). Neither is known in advance, so the job 
 first barrier is always a recomputation; while the changes' barriers cost more than that, the
 next ones recompute, and every ``PROBE_EVERY``-th of them applies the changes again to learn
 whether they got cheaper. Both ways give the same table, so only the cost differs. Each
-commit keeps what was measured, so a restarted job goes on choosing from it.
+commit keeps what was measured, so a restarted job goes on choosing from it. A keyed
+aggregate chooses the same way between rewriting its table and MERGE-ing its changed groups
+(``maintenance.writes.upsert_groups``).
 """
 
 from __future__ import annotations

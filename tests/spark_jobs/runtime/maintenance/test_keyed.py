@@ -21,8 +21,8 @@ from pyspark.sql import SparkSession
 
 from coordinator.domain.work import BarrierWork
 from spark_jobs.ops.vacuum import _unneeded_files
-from spark_jobs.planning.pipeline import parse_pipeline
-from spark_jobs.planning.plan import PlanKind
+from spark_jobs.planning.pipeline import DerivedTable, parse_pipeline
+from spark_jobs.planning.plan import Plan, PlanKind
 from spark_jobs.planning.plans import plan_for
 from spark_jobs.runtime.commits import DeltaSink
 from spark_jobs.runtime.costs import PROBE_EVERY, CostChoice
@@ -54,6 +54,16 @@ def query_at(spark: SparkSession, warehouse: Path, query: str, versions: dict[st
     return Counter(tuple(r) for r in session.sql(query).collect())
 
 
+def planned(name: str, kind: PlanKind) -> tuple[DerivedTable, Plan]:
+    """Table ``name`` of PIPELINE and its plan, which must be of ``kind`` (and say so)."""
+    pipeline = parse_pipeline(PIPELINE)
+    table = pipeline.table(name)
+    assert isinstance(table, DerivedTable)
+    plan = plan_for(pipeline, table)
+    assert plan.kind == kind and kind.replace("_", " ") in plan.explain()
+    return table, plan
+
+
 class Completions:
     """Stands in for the Kafka publisher (its own tests are against a real broker)."""
 
@@ -73,10 +83,7 @@ def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a
     warehouse = tmp_path / "wh"
     bids = DeltaSink(spark, str(warehouse / "bids"), "ingest_bids", BIDS)
     auctions = DeltaSink(spark, str(warehouse / "auctions"), "ingest_auctions", AUCTIONS)
-    pipeline = parse_pipeline(PIPELINE)
-    table = pipeline.table("hot")
-    plan = plan_for(pipeline, table)
-    assert plan.kind == PlanKind.KEYED_JOIN and "keyed join" in plan.explain()
+    table, plan = planned("hot", PlanKind.KEYED_JOIN)
     completions = Completions()
 
     def maintainer() -> TableMaintainer:
@@ -144,10 +151,7 @@ def test_a_keyed_aggregate_equals_its_query_through_old_groups_a_restart_a_retry
     rng = random.Random(7)
     warehouse = tmp_path / "wh"
     bids = DeltaSink(spark, str(warehouse / "bids"), "ingest_bids", BIDS)
-    pipeline = parse_pipeline(PIPELINE)
-    table = pipeline.table("stats")
-    plan = plan_for(pipeline, table)
-    assert plan.kind == PlanKind.KEYED_AGGREGATE and "keyed aggregate" in plan.explain()
+    table, plan = planned("stats", PlanKind.KEYED_AGGREGATE)
     completions = Completions()
 
     def maintainer() -> TableMaintainer:  # (a MERGE at every barrier, whatever it costs, unless told)
