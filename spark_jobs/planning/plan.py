@@ -83,9 +83,9 @@ class PlanParts(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class Plan:
-    """The maintenance plan of one query. ``kind`` is projection, aggregate, join,
-    join_aggregate or full_refresh. ``key`` identifies a result row: select positions (named
-    at run time from the result's schema) or column names (``SELECT *``)."""
+    """The maintenance plan of one query: its ``kind`` (``PlanKind``) and why. ``key``
+    identifies a result row: select positions (named at run time from the result's schema) or
+    column names (``SELECT *``)."""
 
     kind: PlanKind
     reason: str
