@@ -75,7 +75,7 @@ class KeyedState:
             try:
                 rows = self._inserted(base[0], work)
                 if rows is not None:
-                    return self._advance(work, rows, "merge" if self.aggregate else "append", base[1])
+                    return self._advance(work, rows, base[1])
             finally:
                 self.t.release()
             log.info("table %s: barrier %d updates or deletes a source row; its keyed state is rebuilt",
@@ -104,7 +104,7 @@ class KeyedState:
         self.close()
         self.folder = f"{self.home}/g{work.generation}-b{work.barrier}"
         self.storage.delete(self.folder)  # (a rebuild of this barrier that a crash cut short)
-        written = self._advance(work, self.t.snapshots(work), "overwrite")
+        written = self._advance(work, self.t.snapshots(work), None)
         for name in self.storage.names(self.home):  # the states before it
             if f"{self.home}/{name}" != self.folder:
                 self.storage.delete(f"{self.home}/{name}")
@@ -128,9 +128,9 @@ class KeyedState:
             rows[source] = changes.drop(WEIGHT)
         return rows
 
-    def _advance(self, work: BarrierWork, rows: dict[str, DataFrame], mode: str, old_sink: int = -1) -> Written:
+    def _advance(self, work: BarrierWork, rows: dict[str, DataFrame], old_sink: int | None) -> Written:
         """Stage ``rows``, let the query join or aggregate them with the state, commit its rows
-        to the table (at ``old_sink``, for a MERGE)."""
+        to the table at version ``old_sink`` (None: a rebuild, which overwrites it)."""
         assert self.folder is not None
         with self.t.watch.phase("stage"):
             self._stage(rows, work.barrier)
@@ -148,12 +148,13 @@ class KeyedState:
             found = self.t.spark.read.schema(StructType([*schema.fields, StructField(BARRIER, LongType())]))
             return found.parquet(*batches).where(F.col(BARRIER) == work.barrier).drop(BARRIER)
 
-        if mode == "merge":
-            written = upsert_groups(self.t, work, made(), old_sink)
+        if old_sink is not None:
+            written = upsert_groups(self.t, work, made(), old_sink) if self.aggregate \
+                else write_result(self.t, work, made, "append")
         else:
             began = time.monotonic()
-            written = write_result(self.t, work, made, mode)
-            if mode == "overwrite" and self.aggregate:  # what a rewrite costs (``upsert_groups`` chooses by it)
+            written = write_result(self.t, work, made, "overwrite")
+            if self.aggregate:  # what a rewrite costs (``upsert_groups`` chooses by it)
                 self.t.costs.measured(True, time.monotonic() - began)
         staged = f"{self.folder}/staged"
         for done in batches + [f"{staged}/{n}" for n in self.storage.names(staged)]:
