@@ -9,9 +9,11 @@ the incremental path keeps up with, where its time went, and at how many barrier
 incremental job recomputed (a keyed table: rewrote its table rather than MERGE) because that
 had cost less (``spark_jobs.runtime.costs``); the first barrier of each (a keyed table's
 bootstrap: its state built from all the events), and of each keyed table its state's size on
-disk and the first barrier after a restart (its query started again on its checkpoint).
+disk and the first barrier after a restart (its query started again on its checkpoint); of each
+table in the changelog layout, what a read without Spark costs against the same rows in place.
 
 Usage: python -m bench.nexmark [--events 1000000] [--per-barrier 50000] [--rounds 3] [--queries q3,q9]
+                               [--compact-after 100]
 """
 
 from __future__ import annotations
@@ -97,7 +99,14 @@ def main() -> None:
     parser.add_argument("--per-barrier", type=int, default=50_000, help="new events per barrier (default 50,000)")
     parser.add_argument("--rounds", type=int, default=3, help="barriers measured (default 3)")
     parser.add_argument("--queries", default=QUERIES, help=f"queries of pipelines/nexmark.sql to run (default: {QUERIES})")
+    parser.add_argument("--compact-after", type=int, metavar="N",
+                        help="a changelog table's appends between two compactions (default: the job's, 100)")
     args = parser.parse_args()
+    if args.compact_after is not None:
+        if args.compact_after < 1:
+            parser.error("--compact-after must be 1 or more")
+        from spark_jobs.runtime import costs
+        costs.COMPACT_APPENDS = args.compact_after
     if args.events % 50 or args.per_barrier % 50 or args.per_barrier <= 0:
         parser.error("--events and --per-barrier must be multiples of 50 (Nexmark's mix), --per-barrier above 0")
     run(args.events, args.per_barrier, args.rounds, args.queries.split(","))
@@ -176,9 +185,14 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
                 print(f"{name:<6} {'-':>12} {full:12.2f}s {'-':>9} {per_barrier / full:17,.0f}  (full refresh only)")
                 continue
             inc = statistics.median(times[(name, "incremental")])
-            how = "its table rewritten, not MERGEd," if plans[name].keyed else "recomputed"
-            chose = f"  ({how} at {recomputed[name]} of {rounds}: cheaper)" if recomputed[name] else ""
+            how = "its table compacted" if plans[name].changelog else \
+                "its table rewritten, not MERGEd," if plans[name].keyed else "recomputed"
+            chose = f"  ({how} at {recomputed[name]} of {rounds}{'' if plans[name].changelog else ': cheaper'})" \
+                if recomputed[name] else ""
             print(f"{name:<6} {inc:11.2f}s {full:12.2f}s {full / inc:8.1f}x {per_barrier / inc:17,.0f}{chose}")
+        for name in names:
+            if plans[name].changelog:
+                read_costs(name, {how: (jobs[(name, how)].sink.path, made[how][name]) for how in suffix})
         keyed = {key: job for key, job in jobs.items() if job.keyed is not None}
         if keyed:  # a restart: the query stopped, the next barrier starts it again on its checkpoint
             append(rounds + 2, initial + rounds * per_barrier, per_barrier)
@@ -189,6 +203,31 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
             job.keyed.close()
             print(f"{key[0]}: the first barrier after a restart took {process(key, rounds + 2):.2f}s ({phases(job)})")
         spark.stop()
+
+
+def read_costs(name: str, tables: dict[str, tuple[str, int]], reads: int = 5) -> None:
+    """Time reads without Spark (``lockstep_reads``: delta-rs and DataFusion) of a changelog
+    table (each key's newest row found at read time) against the same rows in place (the full
+    refresh's table): a scan, and the rows of one auction. Median of ``reads`` each."""
+    from deltalake import DeltaTable
+
+    from lockstep_reads.engine import run_query
+
+    sqls = {"COUNT(*)": f"SELECT COUNT(*) AS n, SUM(total_bids) AS bids FROM {name}",
+            "one auction": f"SELECT * FROM {name} WHERE auction = {FIRST_ID + 7}"}
+    for what, sql in sqls.items():
+        took: dict[str, list[float]] = {}
+        answers = set()
+        for how, (path, version) in tables.items():
+            for _ in range(reads):
+                t0 = time.perf_counter()
+                rows = run_query(sql, {name: DeltaTable(path, version=version)}).to_pylist()
+                took.setdefault(how, []).append(time.perf_counter() - t0)
+            answers.add(str(sorted(map(str, rows))))
+        changelog, in_place = (statistics.median(took[h]) for h in ("incremental", "full refresh"))
+        same = "the same rows" if len(answers) == 1 else "DIFFERENT ROWS"
+        print(f"{name}: a read without Spark ({what}): changelog {changelog * 1000:.0f} ms, in place (the full "
+              f"refresh's table) {in_place * 1000:.0f} ms, {changelog / in_place:.1f}x; {same}")
 
 
 if __name__ == "__main__":

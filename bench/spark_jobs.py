@@ -505,7 +505,10 @@ def bench_commits(rows: int, rounds: int, tz: str, pause: float) -> None:
 
 def way(job: TableMaintainer) -> str:
     """``; recomputed`` where the incremental job found recomputing cheaper (``costs``); for a
-    keyed table, ``; rewritten`` where it found rewriting its table cheaper than a MERGE."""
+    keyed table, ``; rewritten`` where it found rewriting its table cheaper than a MERGE, and
+    ``; compacted`` where a changelog table was."""
+    if job.plan.changelog:
+        return "; compacted" if job.costs.appends == 0 else ""
     if not job.plan.incremental or not job.costs.since_probe:
         return ""
     return "; rewritten" if job.plan.keyed else "; recomputed"

@@ -2,8 +2,9 @@
 ``QueryBuilder``), in PostgreSQL's dialect, and return Arrow.
 
 Each table of the query is registered under a name of its own and shown to the query as a view
-of its visible columns under the table's name, so the bookkeeping columns (``__lockstep_*``) never show and the
-query's text runs as the client wrote it. Lineage tables are views over their rows.
+of its visible columns under the table's name, so the bookkeeping columns (``__lockstep_*``)
+never show and the query's text runs as the client wrote it; a changelog table's view keeps each
+key's newest row. Lineage tables are views over their rows.
 
 Example::
 
@@ -21,7 +22,7 @@ from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError
 
 from coordinator.domain.lineage import LineageTable
-from coordinator.domain.snapshot import HIDDEN
+from coordinator.domain.snapshot import HIDDEN, is_changelog, latest_rows_sql
 from lockstep_reads.statements import StatementError
 from lockstep_reads.tables import VersionGone, first_line, gone
 
@@ -56,8 +57,10 @@ def run_query(sql: str, tables: Mapping[str, DeltaTable], lineage: Mapping[str, 
         for i, (name, table) in enumerate(sorted(tables.items())):
             hidden = f"{HIDDEN}t{i}"  # registered names fold to lower case; the view keeps the table's own
             builder.register(hidden, table)
-            columns = ", ".join(map(quoted, visible_columns(table)))
-            _run(builder, f"CREATE VIEW {quoted(name)} AS SELECT {columns} FROM {quoted(hidden)}")
+            columns = list(map(quoted, visible_columns(table)))
+            rows = latest_rows_sql(quoted(hidden), columns) if is_changelog([f.name for f in table.schema().fields]) \
+                else f"SELECT {', '.join(columns)} FROM {quoted(hidden)}"
+            _run(builder, f"CREATE VIEW {quoted(name)} AS {rows}")
         for name, rows in (lineage or {}).items():
             _run(builder, f"CREATE VIEW {quoted(name)} AS {values_query(rows)}")
         return _run(builder, sql, limit)

@@ -106,7 +106,8 @@ class Snapshot:
         return self.settings.table_location(name)
 
     def open(self, name: str) -> Any:
-        """The ``deltalake.DeltaTable`` of ``name`` at this snapshot's version."""
+        """The ``deltalake.DeltaTable`` of ``name`` at this snapshot's version (a changelog table's
+        rows as stored: ``sql`` and ``table`` keep each key's newest row, as every reader does)."""
         for lease in self.leases:
             lease.check()
         if name not in self.versions:

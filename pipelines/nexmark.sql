@@ -101,8 +101,9 @@ CREATE TABLE q16 AS
   FROM bid GROUP BY channel, date_format(date_time, 'yyyy-MM-dd');
 
 -- q17 auction statistics per day; each group's running aggregates kept by key in Spark's state
--- store, so a barrier's bids on old auctions update their groups by a lookup
-CREATE TABLE q17 WITH ('state' = 'keyed') AS
+-- store, so a barrier's bids on old auctions update their groups by a lookup, and the changed
+-- groups appended (the changelog layout: readers see each group's newest row)
+CREATE TABLE q17 WITH ('state' = 'keyed', 'layout' = 'changelog') AS
   SELECT auction, date_format(date_time, 'yyyy-MM-dd') AS day,
          COUNT(*) AS total_bids,
          COUNT(*) FILTER (WHERE price < 10000) AS rank1_bids,

@@ -19,6 +19,37 @@ from coordinator.domain.state import MetaState
 # Columns whose names start with this are a table's bookkeeping (an aggregate's sums and counts
 # behind AVG, a group's row count): kept in the Delta table, never shown to a reader.
 HIDDEN = "__lockstep_"
+# A changelog table (``WITH ('layout' = 'changelog')``, docs/pipelines.md) appends each barrier's
+# changed rows (APPENDED) to rows of one per key (compacted): a reader sees, for each ROW_KEY, its
+# appended row of the newest BARRIER, else its compacted row (``latest_rows_sql``).
+BARRIER = f"{HIDDEN}barrier"  # the barrier that wrote the row
+ROW_KEY = f"{HIDDEN}key"  # the row's key (its GROUP BY values as JSON)
+APPENDED = f"{HIDDEN}appended"  # appended since the table was last compacted (rewritten one row a key)
+
+
+def is_changelog(columns: Sequence[str]) -> bool:
+    """True for the columns of a changelog table, whose readers keep each key's newest row."""
+    return ROW_KEY in columns
+
+
+def latest_rows_sql(table: str, columns: Sequence[str]) -> str:
+    """A query of ``columns`` of changelog ``table`` (a quoted name) as its readers see it: each
+    key's appended row of the newest barrier, else its compacted row. Only the appended rows are
+    ranked; the compacted ones are kept but for the keys appended since (an anti-join), so a read
+    costs little more than a scan. A plain engine reading the Delta table runs the same query.
+
+    >>> print(latest_rows_sql('"t"', ['"a"']))  # doctest: +NORMALIZE_WHITESPACE
+    SELECT "a" FROM "t" WHERE NOT "__lockstep_appended" AND NOT EXISTS (SELECT 1 FROM "t" AS "__lockstep_new"
+    WHERE "__lockstep_new"."__lockstep_appended" AND "__lockstep_new"."__lockstep_key" = "t"."__lockstep_key")
+    UNION ALL SELECT "a" FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "__lockstep_key" ORDER BY
+    "__lockstep_barrier" DESC) AS "__lockstep_rank" FROM "t" WHERE "__lockstep_appended")
+    WHERE "__lockstep_rank" = 1
+    """
+    shown, new = ", ".join(columns), f'"{HIDDEN}new"'
+    return (f'SELECT {shown} FROM {table} WHERE NOT "{APPENDED}" AND NOT EXISTS (SELECT 1 FROM {table} AS {new} '
+            f'WHERE {new}."{APPENDED}" AND {new}."{ROW_KEY}" = {table}."{ROW_KEY}")\n'
+            f'UNION ALL SELECT {shown} FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "{ROW_KEY}" ORDER BY '
+            f'"{BARRIER}" DESC) AS "{HIDDEN}rank" FROM {table} WHERE "{APPENDED}") WHERE "{HIDDEN}rank" = 1')
 
 
 class ReadLevel(StrEnum):

@@ -23,17 +23,25 @@ from collections.abc import Mapping
 import sqlglot
 from sqlglot import exp
 
+from coordinator.domain.snapshot import BARRIER
 from coordinator.spark_sql import SPARK
 from spark_jobs.planning.aggregates import aggregate_names, aggregate_parts
 from spark_jobs.planning.joins import relations
 from spark_jobs.planning.pipeline import PipelineError
-from spark_jobs.planning.plan import BARRIER, UNKNOWN, Plan, PlanKind, TableShape, Unsupported
+from spark_jobs.planning.plan import UNKNOWN, Plan, PlanKind, TableShape, Unsupported
 
+WRITES = {  # how a keyed aggregate's changed groups reach its table, by layout (changelog or not)
+    False: "the groups they changed are MERGEd by the GROUP BY columns, or the table rewritten with them where the "
+           "job measured that cheaper",
+    True: "the groups they changed are appended (layout changelog: readers see each group's newest row), and the "
+          "table compacted to one row a group after 100 appends, or sooner once they hold a tenth of its bytes",
+}
 HOW = "WITH ('state' = 'keyed') keeps an INNER equi-join of two tables, or a GROUP BY of one table that only grows"
 
 
-def keyed_plan(name: str, query: str, shapes: Mapping[str, TableShape]) -> Plan:
-    """The plan of table ``name`` declared keyed, whose ``query`` reads tables of ``shapes``.
+def keyed_plan(name: str, query: str, shapes: Mapping[str, TableShape], changelog: bool = False) -> Plan:
+    """The plan of table ``name`` declared keyed, whose ``query`` reads tables of ``shapes``
+    (``changelog``: an aggregate's table in the changelog layout).
 
     >>> keyed_plan("t", "SELECT b.x, a.y FROM b JOIN a ON b.k = a.id", {}).change_query.split(" FROM ")[0]
     'SELECT b.x, a.y, GREATEST(b.__lockstep_barrier, a.__lockstep_barrier) AS __lockstep_barrier'
@@ -49,7 +57,10 @@ def keyed_plan(name: str, query: str, shapes: Mapping[str, TableShape]) -> Plan:
                 or tree.find(exp.Window, exp.UDTF):
             raise Unsupported("it filters groups (HAVING), ranks, orders, takes DISTINCT rows or explodes its rows")
         if tree.args.get("group") or tree.find(exp.AggFunc):
-            return _keyed_aggregate(tree, shapes)
+            return _keyed_aggregate(tree, shapes, changelog)
+        if changelog:
+            raise Unsupported("WITH ('layout' = 'changelog') is a keyed aggregate's layout (a join's rows are appended "
+                              "already)")
         return _keyed_join(tree)
     except Unsupported as exc:
         raise PipelineError(f"table {name}: {HOW} (no HAVING, window or subquery), but {exc}; remove the option") from None
@@ -71,7 +82,7 @@ def _keyed_join(tree: exp.Select) -> Plan:
                 append_only=True, join_columns=join.columns, change_query=streaming.sql(dialect=SPARK))
 
 
-def _keyed_aggregate(tree: exp.Select, shapes: Mapping[str, TableShape]) -> Plan:
+def _keyed_aggregate(tree: exp.Select, shapes: Mapping[str, TableShape], changelog: bool) -> Plan:
     aliases, join = relations(tree)
     if join is not None:
         raise Unsupported("it aggregates a join (Spark's update mode keeps no join before an aggregate)")
@@ -88,6 +99,6 @@ def _keyed_aggregate(tree: exp.Select, shapes: Mapping[str, TableShape]) -> Plan
     return Plan(PlanKind.KEYED_AGGREGATE, f"GROUP BY {group} of {source}, which only grows, with "
                 f"{aggregate_names(parts.get('aggregates', ()))}: each group's running aggregates kept in Spark's "
                 "state store (RocksDB, checkpointed with the table), so a barrier's new rows update their groups by a "
-                "key lookup; the groups they changed are MERGEd by the GROUP BY columns, or the table rewritten with "
-                "them where the job measured that cheaper",
-                tree.sql(dialect=SPARK), (source,), key=parts.get("key"), change_query=streaming.sql(dialect=SPARK))
+                f"key lookup; {WRITES[changelog]}",
+                tree.sql(dialect=SPARK), (source,), key=parts.get("key"), change_query=streaming.sql(dialect=SPARK),
+                changelog=changelog)

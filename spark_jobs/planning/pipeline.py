@@ -100,6 +100,8 @@ class DerivedTable:
     python: PythonTable | None = field(default=None, compare=False)
     # WITH ('state' = 'keyed'): kept in Spark's state store by key (``spark_jobs.runtime.maintenance.keyed``)
     keyed: bool = False
+    # WITH ('layout' = 'changelog'): a barrier's changed rows appended, readers keep each key's newest
+    changelog: bool = False
 
 
 @dataclass(frozen=True)
@@ -370,13 +372,19 @@ def _derived(statement: exp.Create, where: str) -> DerivedTable:
     given = [p for p in (props.expressions if props else []) if not isinstance(p, exp.MaterializedProperty)]
     plain = [p for p in given if type(p) is exp.Property]  # WITH ('key' = 'value'), not USING, TEMPORARY ...
     options = _property_options(plain, where)
-    if len(plain) < len(given) or set(options) - {"state"} or options.get("state", "keyed") != "keyed":
+    if len(plain) < len(given) or set(options) - {"state", "layout"} or options.get("state", "keyed") != "keyed" \
+            or options.get("layout", "in-place") not in ("in-place", "changelog"):
         raise PipelineError(f"{where}: {', '.join(p.sql(dialect='spark') for p in given)}: a maintained table takes "
                             "no options (it is a Delta table Lockstep keeps at every barrier) but WITH ('state' = "
-                            "'keyed') (a join's rows or an aggregate's groups kept by key in Spark's state store); remove them")
+                            "'keyed') (a join's rows or an aggregate's groups kept by key in Spark's state store) and "
+                            "'layout' = 'in-place' (the default) or 'changelog'; remove the others")
+    changelog = options.get("layout") == "changelog"
+    if changelog and "state" not in options:
+        raise PipelineError(f"{where}: WITH ('layout' = 'changelog') is a layout of a keyed aggregate's table; "
+                            "add 'state' = 'keyed' or remove the layout")
     query = _query(statement.expression, where)
     return DerivedTable(name, query.sql(dialect=SPARK), tables_read(query), True, bool(statement.args.get("exists")),
-                        keyed="state" in options)
+                        keyed="state" in options, changelog=changelog)
 
 
 def _query(query: exp.Query, where: str) -> exp.Query:

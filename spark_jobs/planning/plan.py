@@ -14,7 +14,6 @@ from coordinator.domain.snapshot import HIDDEN
 
 WEIGHT = f"{HIDDEN}w"  # +n / -n multiplicity of a change row
 ROWS = f"{HIDDEN}rows"  # source rows in a group: the group disappears at 0
-BARRIER = f"{HIDDEN}barrier"  # a keyed table's staged row's barrier (``Plan.change_query`` of KEYED_*)
 NUMBER = f"{HIDDEN}n"  # a row's number within its group, where no result columns identify a row
 
 
@@ -110,6 +109,7 @@ class Plan:
     # rows (bound to its changed rows); its rows are read whole
     reach: Mapping[str, str] = field(default_factory=dict)
     branches: tuple[Plan, ...] = ()  # union: each branch's plan
+    changelog: bool = False  # a keyed aggregate's table in the changelog layout (``coordinator.domain.snapshot``)
 
     @property
     def incremental(self) -> bool:

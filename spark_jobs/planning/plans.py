@@ -49,7 +49,7 @@ from spark_jobs.planning.aggregates import aggregate_names, aggregate_parts, sel
 from spark_jobs.planning.groups import NotGrouped, groups_of
 from spark_jobs.planning.joins import join_plan, left_joins, left_joins_plan, relations
 from spark_jobs.planning.keyed import keyed_plan
-from spark_jobs.planning.pipeline import DerivedTable, Job, Pipeline, RootTable, tables_read
+from spark_jobs.planning.pipeline import DerivedTable, Job, Pipeline, PipelineError, RootTable, tables_read
 from spark_jobs.planning.plan import (
     NUMBER,
     UNKNOWN,
@@ -264,8 +264,16 @@ def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
     Python function's table: ``_python_plan``)."""
     shapes = shapes_of([(t.name, t.primary_key) for t in pipeline.roots],
                        [(t.name, t.query) for t in pipeline.derived if t.python is None])
+    changelogs = [t.name for t in pipeline.derived if t.changelog and t.name in table.sources]
+    if changelogs and table.keyed:
+        raise PipelineError(f"table {table.name}: WITH ('state' = 'keyed') reads tables that only grow or are joined "
+                            f"by key, but {', '.join(changelogs)} has the changelog layout (its rows are replaced by "
+                            "newer ones); remove the option, or the layout of what it reads")
+    if changelogs:  # its changes are not its appended rows: read each barrier's snapshot whole
+        return Plan(PlanKind.FULL_REFRESH, f"it reads {', '.join(changelogs)}, whose changelog layout keeps each "
+                    "key's newest row at read time (its appended rows are no change rows)", table.query, table.sources)
     if table.keyed:
-        return keyed_plan(table.name, table.query, shapes)
+        return keyed_plan(table.name, table.query, shapes, table.changelog)
     return plan_query(table.query, shapes) if table.python is None else _python_plan(table, shapes)
 
 

@@ -11,7 +11,10 @@ next ones recompute, and every ``PROBE_EVERY``-th of them applies the changes ag
 whether they got cheaper. Both ways give the same table, so only the cost differs. Each
 commit keeps what was measured, so a restarted job goes on choosing from it. A keyed
 aggregate chooses the same way between rewriting its table and MERGE-ing its changed groups
-(``maintenance.writes.upsert_groups``).
+(``maintenance.writes.upsert_groups``). A keyed aggregate in the changelog layout appends its
+changed groups and is compacted (rewritten, one row a key) after ``COMPACT_APPENDS`` appends, or
+sooner once they hold ``COMPACT_SHARE`` of the table's bytes: its readers skip the older rows of
+each key, which costs them what those rows weigh.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from dataclasses import dataclass
 
 PROBE_EVERY = 10  # while recomputing is cheaper, every 10th barrier tries the changes again
 MARGIN = 1.25  # applying must cost this much more than recomputing before recomputing wins (noise)
+COMPACT_APPENDS = 100  # a changelog table's appends between two compactions, at most
+COMPACT_SHARE = 0.1  # ... and the bytes they may hold, against the compacted table's
 
 
 @dataclass
@@ -38,6 +43,8 @@ class CostChoice:
     applied_s: float | None = None  # the last barrier that applied changes
     since_probe: int = 0  # recomputations since changes were last applied
     probe_every: int = PROBE_EVERY  # 1: apply the changes at every barrier, whatever they cost
+    compacted_bytes: float | None = None  # a changelog table's size when last compacted (or rebuilt)
+    appends: int = 0  # a changelog table's appends since
 
     def whole(self) -> bool:
         """True if the next barrier should recompute the table rather than apply its changes."""
@@ -47,7 +54,9 @@ class CostChoice:
 
     def state(self) -> dict[str, float]:
         """What was measured, for a commit's metadata (a restarted job goes on from it)."""
-        found = {"whole_s": self.whole_s, "applied_s": self.applied_s, "since_probe": float(self.since_probe)}
+        found = {"whole_s": self.whole_s, "applied_s": self.applied_s, "since_probe": float(self.since_probe),
+                 "compacted_bytes": self.compacted_bytes,
+                 "appends": None if self.compacted_bytes is None else float(self.appends)}  # (changelog tables')
         return {k: v for k, v in found.items() if v is not None}
 
     def restore(self, state: dict[str, float]) -> None:
@@ -55,6 +64,7 @@ class CostChoice:
         if self.whole_s is None and self.applied_s is None:
             self.whole_s, self.applied_s = state.get("whole_s"), state.get("applied_s")
             self.since_probe = int(state.get("since_probe", 0))
+            self.compacted_bytes, self.appends = state.get("compacted_bytes"), int(state.get("appends", 0))
 
     def measured(self, whole: bool, seconds: float) -> None:
         """Record a barrier's cost, taken the way it went."""
@@ -64,3 +74,24 @@ class CostChoice:
         else:
             self.applied_s = seconds
             self.since_probe = 0
+
+    def compact_due(self, table_bytes: int) -> bool:
+        """True if a changelog table of ``table_bytes`` should be compacted rather than appended to.
+
+        Example::
+
+            choice = CostChoice(compacted_bytes=100e6, appends=12)
+            choice.compact_due(105_000_000)  # False: 12 appends of 5 MB
+            choice.compact_due(111_000_000)  # True: the appends hold 11% of it
+        """
+        return self.compacted_bytes is None or self.appends >= COMPACT_APPENDS \
+            or table_bytes - self.compacted_bytes >= COMPACT_SHARE * self.compacted_bytes
+
+    def laid_out(self, compacted: bool, table_bytes: int | None = None) -> None:
+        """Record a changelog table's write: compacted (its size after, once known), or appended."""
+        if compacted:
+            self.appends = 0
+            if table_bytes is not None:
+                self.compacted_bytes = table_bytes
+        else:
+            self.appends += 1

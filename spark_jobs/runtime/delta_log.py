@@ -15,9 +15,11 @@ from urllib.parse import unquote
 
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JJavaError
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from coordinator.domain.snapshot import APPENDED, BARRIER, HIDDEN, ROW_KEY, is_changelog
 from spark_jobs.runtime.session import LOG_RETENTION_DEFAULT
 from spark_jobs.runtime.storage import Storage
 
@@ -166,14 +168,30 @@ def data_file(table: str, file: str) -> str:
 
 
 def read_version(spark: SparkSession, path: str, version: int | None) -> DataFrame:
-    """The table at ``path`` as of ``version`` (None: its latest), read by Spark. Every read of
-    a table at a version goes through here, so it costs one Spark job wherever the version's
-    checksum lists its files (``version_files``), and Delta's time travel otherwise."""
+    """The table at ``path`` as of ``version`` (None: its latest), read by Spark, as its readers
+    see it (a changelog table: each key's newest row). Every read of a table at a version goes
+    through here, so it costs one Spark job wherever the version's checksum lists its files
+    (``version_files``), and Delta's time travel otherwise."""
     found = version_files(spark, path, version) if version is not None else None
     if found is None:
         reader = spark.read.format("delta")
-        return (reader if version is None else reader.option("versionAsOf", version)).load(path)
-    return read_files(spark, *found)
+        frame = (reader if version is None else reader.option("versionAsOf", version)).load(path)
+    else:
+        frame = read_files(spark, *found)
+    return latest_rows(frame) if is_changelog(frame.columns) else frame
+
+
+def latest_rows(frame: DataFrame) -> DataFrame:
+    """A changelog table's rows as readers see them (``coordinator.domain.snapshot.latest_rows_sql``):
+    each key's appended row of the newest barrier, else its compacted row. The appended keys are
+    broadcast (few: compaction keeps them under a tenth of the table), so the compacted rows are
+    probed, not sorted; Spark's estimate (the whole table's size) would sort them all."""
+    rank = f"{HIDDEN}rank"
+    appended = frame.where(F.col(APPENDED))
+    newest = Window.partitionBy(ROW_KEY).orderBy(F.col(BARRIER).desc())
+    latest = appended.withColumn(rank, F.row_number().over(newest)).where(F.col(rank) == 1).drop(rank)
+    kept = frame.where(~F.col(APPENDED)).join(F.broadcast(appended.select(ROW_KEY)), ROW_KEY, "left_anti")
+    return kept.unionByName(latest)
 
 
 def read_files(spark: SparkSession, files: list[str], schema_json: str) -> DataFrame:

@@ -68,7 +68,8 @@ class TableMaintainer:
                          crash_at=self.crash_at, compact_every=self.compact_every, name=self.table.name)
         self.maintained = MaintainedTable(
             self.spark, self.table, self.plan, self.job_id, self.locate, sink,
-            hashlib.sha256((self.table.query + "\nkeyed" * self.table.keyed).encode()).hexdigest()[:16], self.costs,
+            hashlib.sha256((self.table.query + "\nkeyed" * self.table.keyed
+                            + "\nchangelog" * self.table.changelog).encode()).hexdigest()[:16], self.costs,
             self.crash_at, self.compact_every,
             schema=self.spark.read.format("delta").load(sink.path).schema if sink.exists else None)
         self.keyed = KeyedState(self.maintained) if self.plan.keyed else None

@@ -4,8 +4,9 @@ moments, while a producer keeps writing. After every restart the tables must hol
 exactly once: per key, sequence numbers 1..n with no gap and no duplicate, and the aggregate
 downstream agrees, as does a Python table (a row-wise function kept by appending each barrier's
 new rows), a keyed join of the two and a keyed aggregate (their rows and groups in Spark's state
-store); every barrier is committed once, and the version each completion published is the one
-the table's history says holds that barrier."""
+store; the aggregate in the changelog layout, appended and compacted); every barrier is
+committed once, and the version each completion published is the one the table's history says
+holds that barrier."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ TABLES = ["events", "per_key", "evens", "mean_seq", "evens_joined", "per_key_sta
 KEYED = """
 CREATE TABLE evens_joined WITH ('state' = 'keyed') AS
   SELECT e.k, e.seq FROM events e JOIN evens v ON e.k = v.k AND e.seq = v.seq;
-CREATE TABLE per_key_state WITH ('state' = 'keyed') AS
+CREATE TABLE per_key_state WITH ('state' = 'keyed', 'layout' = 'changelog') AS
   SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) AS total FROM events GROUP BY k;
 """
 PYTHON_TABLES = '''

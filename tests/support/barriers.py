@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from coordinator.client.state import read_state
 from coordinator.domain import MetaState
 from coordinator.settings import Settings
-from spark_jobs.runtime.delta_log import parse_metadata
+from spark_jobs.runtime.delta_log import parse_metadata, read_version
 
 # Records {"k", "seq"} (tests.support.supervising.SequencedFeed) and an aggregate over them: the
 # drills check that every record is in ``events`` exactly once and that ``per_key`` agrees
@@ -41,7 +41,8 @@ def wait_for_barrier(
 
 
 def at(spark: SparkSession, settings: Settings, table: str, version: int) -> DataFrame:
-    return spark.read.format("delta").option("versionAsOf", version).load(settings.table_location(table))
+    """The table at ``version`` as its readers see it (a changelog table: each key's newest row)."""
+    return read_version(spark, settings.table_location(table), version)
 
 
 def logged_records(settings: Settings, topic: str, cut: dict[int, int]) -> Counter[tuple[int, int]]:

@@ -17,7 +17,8 @@ table removes them with it. At each barrier:
 2. The job waits for the query to process them: one micro-batch, whose state is committed.
    The micro-batch's rows are written as Parquet by its ``foreachBatch``.
 3. The job reads the rows of this barrier and commits them to the table (txn-marked): the
-   joined rows appended, the changed groups MERGEd by the GROUP BY columns. A crash between
+   joined rows appended, the changed groups MERGEd by the GROUP BY columns (or appended with
+   their key and barrier, in the changelog layout: ``writes.append_groups``). A crash between
    2 and 3 leaves them on disk: the retried barrier's batch has already run, and the retried
    barrier commits them.
 
@@ -39,11 +40,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from coordinator.domain.snapshot import APPENDED, BARRIER, ROW_KEY
 from coordinator.domain.work import BarrierWork
 from coordinator.faults import crash_point
-from spark_jobs.planning.plan import BARRIER, WEIGHT, PlanKind
+from spark_jobs.planning.plan import WEIGHT, PlanKind, output_key
+from spark_jobs.runtime.delta_log import table_bytes
 from spark_jobs.runtime.maintenance.table import MaintainedTable
-from spark_jobs.runtime.maintenance.writes import Written, upsert_groups, write_result
+from spark_jobs.runtime.maintenance.writes import Written, append_groups, upsert_groups, write_result
 from spark_jobs.runtime.storage import Storage
 
 if TYPE_CHECKING:
@@ -139,23 +142,26 @@ class KeyedState:
         crash_point("after_state_commit", self.t.crash_at)  # drills: the state has the batch, the table not yet
         out = f"{self.folder}/out"
         batches = [f"{out}/{n}" for n in self.storage.names(out) if not n.startswith(("_", "."))]
-        schema = self.schema
-        assert schema is not None
+        assert self.schema is not None
+        schema = StructType([*self.schema.fields, StructField(BARRIER, LongType())])
+        changelog = self.t.plan.changelog
 
         def made() -> DataFrame:
-            if not batches:
-                return self.t.spark.createDataFrame([], schema)
-            found = self.t.spark.read.schema(StructType([*schema.fields, StructField(BARRIER, LongType())]))
-            return found.parquet(*batches).where(F.col(BARRIER) == work.barrier).drop(BARRIER)
+            rows = self.t.spark.read.schema(schema).parquet(*batches).where(F.col(BARRIER) == work.barrier) \
+                if batches else self.t.spark.createDataFrame([], schema)
+            return with_row_key(self.t, rows, appended=old_sink is not None) if changelog else rows.drop(BARRIER)
 
         if old_sink is not None:
-            written = upsert_groups(self.t, work, made(), old_sink) if self.aggregate \
+            writes = append_groups if changelog else upsert_groups
+            written = writes(self.t, work, made(), old_sink) if self.aggregate \
                 else write_result(self.t, work, made, "append")
         else:
             began = time.monotonic()
             written = write_result(self.t, work, made, "overwrite")
             if self.aggregate:  # what a rewrite costs (``upsert_groups`` chooses by it)
                 self.t.costs.measured(True, time.monotonic() - began)
+            if changelog:
+                self.t.costs.laid_out(True, table_bytes(self.t.spark, self.t.sink.path))
         staged = f"{self.folder}/staged"
         for done in batches + [f"{staged}/{n}" for n in self.storage.names(staged)]:
             self.storage.delete(done)  # committed: the next barrier stages and joins rows of its own
@@ -228,3 +234,13 @@ class KeyedState:
                       .outputMode("update" if self.aggregate else "append")
                       .option("checkpointLocation", f"{self.folder}/checkpoint").trigger(processingTime=TRIGGER).start())
         return self.query
+
+
+def with_row_key(t: MaintainedTable, rows: DataFrame, appended: bool) -> DataFrame:
+    """A changelog table's ``rows`` (with their ``BARRIER``) with their ``ROW_KEY``, the GROUP BY
+    values as JSON (times in UTC whatever the session's zone, so a key is the same string at
+    every barrier), and whether they are ``APPENDED`` (else the table's whole, one row a key)."""
+    key = output_key(t.plan, [c for c in rows.columns if c != BARRIER])
+    assert key is not None
+    return rows.withColumn(ROW_KEY, F.to_json(F.struct(*map(F.col, key)), {"timeZone": "UTC"})) \
+        .withColumn(APPENDED, F.lit(appended))

@@ -2,7 +2,8 @@
 
 Netted change rows are applied in one commit: appended (an append-only result), folded into
 the old rows and the small table rewritten whole in one Spark job, or MERGEd by key into a
-large table (which reads and rewrites only the files the changed keys may be in). A rewrite
+large table (which reads and rewrites only the files the changed keys may be in); a changelog
+table's changed groups are appended (``append_groups``). A rewrite
 grows with the table: a 10M-row join result took 11 s a barrier rewritten, 3.2 s MERGEd
 (docs/benchmarks.md).
 """
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, DataFrameWriter, Observation
 from pyspark.sql import functions as F
 
-from coordinator.domain.snapshot import HIDDEN
+from coordinator.domain.snapshot import APPENDED, HIDDEN, ROW_KEY
 from coordinator.domain.work import BarrierWork
 from spark_jobs.planning.plan import ROWS, WEIGHT, PlanKind, output_key
 from spark_jobs.runtime.commits import merge_by_key
@@ -28,6 +29,7 @@ from spark_jobs.runtime.session import session_conf
 
 DELETE = f"{HIDDEN}delete"
 FILE_ROWS = 500_000  # rows per file of a whole write in key order (``key_ordered``)
+BROADCAST_KEYS = 1_000_000  # a compaction's changed keys, up to this many, are probed rather than sorted
 
 Written = tuple[int, tuple[int, int, int]]  # the table's version, and rows (in, out, rejected)
 
@@ -80,6 +82,34 @@ def upsert_groups(t: MaintainedTable, work: BarrierWork, groups: DataFrame, old_
     version = t.commit(work, write)
     if changed:
         t.costs.measured(rewrite, time.monotonic() - began)
+    return version, (changed, changed, 0)
+
+
+def append_groups(t: MaintainedTable, work: BarrierWork, groups: DataFrame, old_sink: int) -> Written:
+    """Commit a changelog table's changed ``groups`` (their new rows, each with its ``ROW_KEY``,
+    ``BARRIER`` and ``APPENDED``) over the table at ``old_sink``: appended, which reads none of
+    the table; or, when ``t.costs`` says compaction is due, the table rewritten whole with one
+    row a key (its readers' view of it, these groups in place of theirs), none appended."""
+    with t.watch.phase("changes"):
+        t.schema = groups.schema
+        groups = t.cache(groups)
+        changed = groups.count()  # the write reads them from the cache
+        compact = changed > 0 and t.costs.compact_due(table_bytes(t.spark, t.sink.path))
+        if changed:
+            t.costs.laid_out(compact)  # (kept with the commit)
+
+    def write() -> None:
+        if compact:
+            keys = groups.select(ROW_KEY)  # (one barrier's: broadcast, as the appended keys are to read the table)
+            old = read_version(t.spark, t.sink.path, old_sink)
+            whole = old.join(F.broadcast(keys) if changed <= BROADCAST_KEYS else keys, ROW_KEY, "left_anti")
+            overwrite_whole(t, whole.unionByName(groups).withColumn(APPENDED, F.lit(False)))
+        else:
+            groups.write.format("delta").mode("append").save(t.sink.path)
+
+    version = t.commit(work, write)
+    if compact:
+        t.costs.laid_out(True, table_bytes(t.spark, t.sink.path))
     return version, (changed, changed, 0)
 
 

@@ -60,3 +60,33 @@ def test_any_other_query_is_refused_with_why(query: str, why: str) -> None:
     pipeline = keyed(query)
     with pytest.raises(PipelineError, match=f"table t: WITH \\('state' = 'keyed'\\) keeps .*{why}.*; remove the option"):
         plan_for(pipeline, pipeline.table("t"))
+
+
+def test_a_changelog_aggregate_is_read_whole_by_the_tables_that_read_it() -> None:
+    pipeline = parse_pipeline(ROOTS + "CREATE TABLE t WITH ('state' = 'keyed', 'layout' = 'changelog') AS "
+                              "SELECT auction, COUNT(*) AS n FROM bids GROUP BY auction;\n"
+                              "CREATE TABLE d AS SELECT n, COUNT(*) AS auctions FROM t GROUP BY n;")
+    plan = plan_for(pipeline, pipeline.table("t"))
+    assert (plan.kind, plan.changelog) == ("keyed_aggregate", True)
+    assert "the groups they changed are appended (layout changelog" in plan.explain()
+    downstream = plan_for(pipeline, pipeline.table("d"))
+    assert (downstream.kind, downstream.changelog) == ("full_refresh", False)
+    assert "it reads t, whose changelog layout keeps each key's newest row at read time" in downstream.explain()
+
+
+@pytest.mark.parametrize(
+    ("tables", "why"),
+    [
+        ("CREATE TABLE t WITH ('state' = 'keyed', 'layout' = 'changelog') AS "
+         "SELECT b.price, a.category FROM bids b JOIN auctions a ON b.auction = a.id",
+         "WITH \\('layout' = 'changelog'\\) is a keyed aggregate's layout"),
+        ("CREATE TABLE t WITH ('state' = 'keyed', 'layout' = 'changelog') AS SELECT auction, COUNT(*) AS n FROM bids "
+         "GROUP BY auction; CREATE TABLE d WITH ('state' = 'keyed') AS SELECT n, COUNT(*) AS c FROM t GROUP BY n",
+         "table d: .* but t has the changelog layout"),
+    ],
+)
+def test_a_changelog_layout_where_it_cannot_hold_is_refused(tables: str, why: str) -> None:
+    pipeline = parse_pipeline(ROOTS + tables)
+    with pytest.raises(PipelineError, match=why):
+        for table in pipeline.derived:
+            plan_for(pipeline, table)

@@ -88,6 +88,8 @@ def test_upsert_debezium_avro_insert_into_and_ctes(tmp_path: Path) -> None:
         ("CREATE TABLE v USING parquet AS SELECT a FROM t", "USING PARQUET: a maintained table takes no options"),
         ("CREATE TABLE v WITH ('state' = 'rocksdb') AS SELECT a FROM t", "but WITH ('state' = 'keyed')"),
         ("CREATE TABLE v WITH ('state' = 'keyed', 'mode' = 'x') AS SELECT a FROM t", "takes no options"),
+        ("CREATE TABLE v WITH ('state' = 'keyed', 'layout' = 'log') AS SELECT a FROM t", "'layout' = 'in-place' "),
+        ("CREATE TABLE v WITH ('layout' = 'changelog') AS SELECT a FROM t", "add 'state' = 'keyed' or remove the layout"),
         ("CREATE TABLE t (a BIGINT NOT NULL) WITH ('source'='kafka:s')", "column a: NOT NULL is not enforced"),
         ("CREATE TABLE t (a BIGINT, b BIGINT, PRIMARY KEY (a) NOT ENFORCED) WITH ('source'='kafka:s', 'primary_key'='b')",
          "PRIMARY KEY (a) and 'primary_key' = 'b' differ"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_jobs.runtime.costs import PROBE_EVERY, CostChoice
+from spark_jobs.runtime.costs import COMPACT_APPENDS, PROBE_EVERY, CostChoice
 
 
 def test_changes_are_applied_until_a_barrier_of_them_costs_more_than_recomputing() -> None:
@@ -47,3 +47,19 @@ def test_a_restarted_job_goes_on_from_what_an_earlier_run_measured() -> None:
     restarted.measured(whole=True, seconds=3.0)
     restarted.restore(earlier.state())  # measured since: kept
     assert restarted.whole_s == 3.0
+
+
+def test_a_changelog_table_is_compacted_after_its_appends_or_once_they_weigh_a_tenth_of_it() -> None:
+    choice = CostChoice()
+    assert choice.compact_due(1_000)  # never compacted (nor built) here: compact
+    choice.laid_out(True, 100_000_000)
+    for _ in range(COMPACT_APPENDS - 1):
+        assert not choice.compact_due(105_000_000)
+        choice.laid_out(False)
+    assert not choice.compact_due(105_000_000)
+    assert choice.compact_due(110_000_000)  # the appends hold a tenth of the compacted table
+    choice.laid_out(False)
+    assert choice.compact_due(100_000_001)  # COMPACT_APPENDS appends
+    restarted = CostChoice()
+    restarted.restore(choice.state())
+    assert (restarted.compacted_bytes, restarted.appends) == (100_000_000, COMPACT_APPENDS)

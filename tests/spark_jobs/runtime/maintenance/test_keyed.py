@@ -6,7 +6,8 @@ updates an auction (the state is rebuilt), a restart (the state carries on from 
 checkpoint), a barrier retried after its state was committed but its table commit was not
 (vacuum meanwhile leaves the state alone), and a revision (a new generation starts a new
 state). A keyed aggregate through bids on new and old auctions (its groups MERGEd, or the table
-rewritten where that was measured cheaper), a barrier whose rows change no group, a restart, a retry and a revision."""
+rewritten where that was measured cheaper), a barrier whose rows change no group, a restart, a retry and a revision.
+The same aggregate in the changelog layout, read through Spark and without it (DataFusion)."""
 
 from __future__ import annotations
 
@@ -17,18 +18,22 @@ from typing import Any
 
 import pytest
 from delta.tables import DeltaTable
+from deltalake import DeltaTable as DeltaTable_
 from pyspark.sql import SparkSession
 
 from coordinator.domain.work import BarrierWork
+from lockstep_reads.engine import run_query
 from spark_jobs.ops.vacuum import _unneeded_files
 from spark_jobs.planning.pipeline import DerivedTable, parse_pipeline
 from spark_jobs.planning.plan import Plan, PlanKind
 from spark_jobs.planning.plans import plan_for
+from spark_jobs.runtime import costs
 from spark_jobs.runtime.commits import DeltaSink
 from spark_jobs.runtime.costs import PROBE_EVERY, CostChoice
 from spark_jobs.runtime.delta_log import read_version
 from spark_jobs.runtime.ivm import TableMaintainer
 from spark_jobs.runtime.maintenance.keyed import STATE_FOLDER
+from spark_jobs.runtime.maintenance.table import visible
 from spark_jobs.runtime.storage import Storage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -42,6 +47,9 @@ CREATE TABLE hot WITH ('state' = 'keyed') AS
 CREATE TABLE stats WITH ('state' = 'keyed') AS
   SELECT auction, price % 2 AS parity, COUNT(*) AS n, COUNT(*) FILTER (WHERE price < 100) AS cheap,
          MIN(price) AS low, MAX(price) AS high, AVG(price) AS mean, SUM(price) AS total
+  FROM bids WHERE price >= 0 GROUP BY auction, price % 2;
+CREATE TABLE stats_log WITH ('state' = 'keyed', 'layout' = 'changelog') AS
+  SELECT auction, price % 2 AS parity, COUNT(*) AS n, MIN(price) AS low, MAX(price) AS high, AVG(price) AS mean
   FROM bids WHERE price >= 0 GROUP BY auction, price % 2;
 """
 
@@ -191,4 +199,45 @@ def test_a_keyed_aggregate_equals_its_query_through_old_groups_a_restart_a_retry
     assert sorted(p.name for p in (warehouse / "stats" / STATE_FOLDER).iterdir()) == ["g2-b7"]
     got = spark.read.format("delta").option("versionAsOf", completions.seen[7]).load(str(warehouse / "stats"))
     assert Counter(tuple(r) for r in got.collect()) == query_at(spark, warehouse, table.query, versions)
+    job.close()
+
+
+def test_a_changelog_aggregate_appends_its_groups_compacts_and_reads_as_its_query_everywhere(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(costs, "COMPACT_APPENDS", 3)
+    monkeypatch.setattr(costs, "COMPACT_SHARE", 100.0)  # (a tiny table's appends weigh much of it)
+    rng = random.Random(11)
+    warehouse = tmp_path / "wh"
+    path = str(warehouse / "stats_log")
+    bids = DeltaSink(spark, str(warehouse / "bids"), "ingest_bids", BIDS)
+    table, plan = planned("stats_log", PlanKind.KEYED_AGGREGATE)
+    assert plan.changelog and "changelog" in plan.explain()
+    completions = Completions()
+
+    def maintainer() -> TableMaintainer:
+        return TableMaintainer(spark, table, plan, "maintain_stats_log", lambda name: str(warehouse / name),
+                               completions)  # type: ignore[arg-type]
+
+    versions: dict[str, int] = {}
+    job = maintainer()
+    for barrier in range(1, 9):  # bids on new and old auctions; barrier 3's change no group
+        rows = [(rng.randrange(1, barrier * 10 + 10), rng.randrange(-5, 200) if barrier != 3 else -1) for _ in range(30)]
+        versions["bids"] = bids.commit(barrier, 1, lambda r=rows: spark.createDataFrame(r, BIDS).write.format(
+            "delta").mode("append").save(bids.path))
+        if barrier == 6:
+            job.close()
+            job = maintainer()  # a restart: the appends so far are counted from the commits' metadata
+        job.process(BarrierWork(barrier, 1, 0, source_versions=dict(versions)))
+        expected = query_at(spark, warehouse, table.query, versions)
+        version = completions.seen[barrier]
+        assert Counter(tuple(r) for r in visible(read_version(spark, path, version)).collect()) == expected, barrier
+        light = run_query("SELECT * FROM stats_log", {"stats_log": DeltaTable_(path, version=version)})
+        assert Counter(tuple(r.values()) for r in light.to_pylist()) == expected, f"barrier {barrier} (DataFusion)"
+    history = DeltaTable.forPath(spark, path).history().orderBy("version").collect()
+    modes = [h.operationParameters.get("mode") for h in history]
+    # the rebuild; appends (barrier 3's changes nothing, so counts none); after the 3rd, across the
+    # restart (counted from the commits' metadata), a compaction
+    assert modes == ["Overwrite", "Append", "Append", "Append", "Append", "Overwrite", "Append", "Append"], modes
+    stored = spark.read.format("delta").option("versionAsOf", completions.seen[8]).load(path)
+    assert stored.count() > len(query_at(spark, warehouse, table.query, versions))  # the older rows are stored, not read
     job.close()
