@@ -107,11 +107,7 @@ class KeyedState:
         self.close()
         self.folder = f"{self.home}/g{work.generation}-b{work.barrier}"
         self.storage.delete(self.folder)  # (a rebuild of this barrier that a crash cut short)
-        written = self._advance(work, self.t.snapshots(work), None)
-        for name in self.storage.names(self.home):  # the states before it
-            if f"{self.home}/{name}" != self.folder:
-                self.storage.delete(f"{self.home}/{name}")
-        return written
+        return self._advance(work, self.t.snapshots(work), None)
 
     # -- a barrier ---------------------------------------------------------------------------------
 
@@ -165,6 +161,11 @@ class KeyedState:
         staged = f"{self.folder}/staged"
         for done in batches + [f"{staged}/{n}" for n in self.storage.names(staged)]:
             self.storage.delete(done)  # committed: the next barrier stages and joins rows of its own
+        # the states before this one, at every barrier: a stopped query's state store may still
+        # write its last snapshot in the background, making a deleted folder again
+        for name in self.storage.names(self.home):
+            if f"{self.home}/{name}" != self.folder:
+                self.storage.delete(f"{self.home}/{name}")
         return written
 
     def _run_batch(self, query: StreamingQuery) -> None:
