@@ -100,9 +100,7 @@ def append_groups(t: MaintainedTable, work: BarrierWork, groups: DataFrame, old_
 
     def write() -> None:
         if compact:
-            keys = groups.select(ROW_KEY)  # (one barrier's: broadcast, as the appended keys are to read the table)
-            old = read_version(t.spark, t.sink.path, old_sink)
-            whole = old.join(F.broadcast(keys) if changed <= BROADCAST_KEYS else keys, ROW_KEY, "left_anti")
+            whole = rows_but(t, old_sink, groups.select(ROW_KEY), broadcast=changed <= BROADCAST_KEYS)
             overwrite_whole(t, whole.unionByName(groups).withColumn(APPENDED, F.lit(False)))
         else:
             groups.write.format("delta").mode("append").save(t.sink.path)
@@ -172,10 +170,13 @@ def merged(t: MaintainedTable, net: DataFrame, old_sink: int, work: BarrierWork)
     return version, (changed, changed, 0)
 
 
-def rows_but(t: MaintainedTable, old_sink: int, keys: DataFrame) -> DataFrame:
-    """The table's rows at version ``old_sink`` but those of ``keys`` (its key columns)."""
+def rows_but(t: MaintainedTable, old_sink: int, keys: DataFrame, broadcast: bool = False) -> DataFrame:
+    """The table's rows at version ``old_sink`` but those of ``keys`` (its key columns);
+    ``broadcast``: few keys, probed rather than sorted with the table (Spark's static plan
+    estimates them as large as what they were read from)."""
     old = read_version(t.spark, t.sink.path, old_sink)
-    return old.join(keys, same_values(old, keys, [(k, k) for k in keys.columns]), "left_anti")
+    few = F.broadcast(keys) if broadcast else keys
+    return old.join(few, same_values(old, few, [(k, k) for k in keys.columns]), "left_anti")
 
 
 def overwrite_whole(t: MaintainedTable, whole: DataFrame) -> None:
