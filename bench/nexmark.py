@@ -213,7 +213,8 @@ def read_costs(name: str, tables: dict[str, tuple[str, int]], reads: int = 5) ->
 
     from lockstep_reads.engine import run_query
 
-    sqls = {"COUNT(*)": f"SELECT COUNT(*) AS n, SUM(total_bids) AS bids FROM {name}",
+    summed = {"q17": "total_bids"}.get(name, "price")  # (a column of each changelog table of nexmark.sql)
+    sqls = {"COUNT(*)": f"SELECT COUNT(*) AS n, SUM({summed}) AS total FROM {name}",
             "one auction": f"SELECT * FROM {name} WHERE auction = {FIRST_ID + 7}"}
     for what, sql in sqls.items():
         took: dict[str, list[float]] = {}

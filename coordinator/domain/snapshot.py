@@ -23,7 +23,7 @@ HIDDEN = "__lockstep_"
 # changed rows (APPENDED) to rows of one per key (compacted): a reader sees, for each ROW_KEY, its
 # appended row of the newest BARRIER, else its compacted row (``latest_rows_sql``).
 BARRIER = f"{HIDDEN}barrier"  # the barrier that wrote the row
-ROW_KEY = f"{HIDDEN}key"  # the row's key (its GROUP BY values as JSON)
+ROW_KEY = f"{HIDDEN}key"  # the row's key as JSON (its GROUP BY values; a Top-N's partition and rank)
 APPENDED = f"{HIDDEN}appended"  # appended since the table was last compacted (rewritten one row a key)
 
 

@@ -15,6 +15,8 @@ from coordinator.domain.snapshot import HIDDEN
 WEIGHT = f"{HIDDEN}w"  # +n / -n multiplicity of a change row
 ROWS = f"{HIDDEN}rows"  # source rows in a group: the group disappears at 0
 NUMBER = f"{HIDDEN}n"  # a row's number within its group, where no result columns identify a row
+COMPACT_APPENDS = 100  # a changelog table's appends between two compactions, at most (``runtime.costs``)
+COMPACT_SHARE = 0.1  # ... and the bytes they may hold, against the compacted table's
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,20 @@ class Aggregate:
                 out[f"{HIDDEN}sum{index}"] = f"SUM({self.arg})"
             return out
         return {}
+
+
+@dataclass(frozen=True)
+class TopN:
+    """A keyed Top-N's parts (SQL): ``SELECT <columns> FROM (SELECT ..., ROW_NUMBER() OVER
+    (PARTITION BY <partition> ORDER BY <order>) AS <rank> FROM <source> WHERE <where>) WHERE
+    <rank> <= <limit>`` (``spark_jobs.planning.keyed.top_n_query`` makes its streaming query)."""
+
+    source: str  # the FROM clause (a table, with its alias)
+    where: str | None
+    partition: tuple[str, ...]
+    order: tuple[tuple[str, bool, bool], ...]  # (expression, descending, nulls first)
+    limit: int
+    columns: tuple[tuple[str, str | None], ...]  # the result's, in order: (name, expression; None for the rank)
 
 
 class PlanKind(StrEnum):
@@ -110,6 +126,7 @@ class Plan:
     reach: Mapping[str, str] = field(default_factory=dict)
     branches: tuple[Plan, ...] = ()  # union: each branch's plan
     changelog: bool = False  # a keyed aggregate's table in the changelog layout (``coordinator.domain.snapshot``)
+    top_n: TopN | None = None  # a keyed Top-N's parts (its streaming query is made at run time, from them)
 
     @property
     def incremental(self) -> bool:

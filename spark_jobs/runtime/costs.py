@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spark_jobs.planning.plan import COMPACT_APPENDS, COMPACT_SHARE
+
 PROBE_EVERY = 10  # while recomputing is cheaper, every 10th barrier tries the changes again
 MARGIN = 1.25  # applying must cost this much more than recomputing before recomputing wins (noise)
-COMPACT_APPENDS = 100  # a changelog table's appends between two compactions, at most
-COMPACT_SHARE = 0.1  # ... and the bytes they may hold, against the compacted table's
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Tables declared ``WITH ('state' = 'keyed')`` (``spark_jobs.planning.keyed``): a keyed join,
 whose two sides' rows are kept by join key in Spark's state store, or a keyed aggregate, whose
-groups' running aggregates are. A barrier's new rows then find their matches, or their groups,
-by a key lookup instead of by reading the tables, so a barrier costs what its changes cost, not
-what the tables hold.
+groups' running aggregates are (a Top-N is one: each partition's first rows, a running
+max_by). A barrier's new rows then find their matches, or their groups, by a key lookup
+instead of by reading the tables, so a barrier costs what its changes cost, not what the
+tables hold.
 
 One streaming query per table runs for the job's life: Spark's stream-stream join (its joined
 rows appended) or streaming aggregation (in update mode: the groups a batch changed) over each
@@ -43,6 +44,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from coordinator.domain.snapshot import APPENDED, BARRIER, ROW_KEY
 from coordinator.domain.work import BarrierWork
 from coordinator.faults import crash_point
+from spark_jobs.planning.keyed import top_n_query
 from spark_jobs.planning.plan import WEIGHT, PlanKind, output_key
 from spark_jobs.runtime.delta_log import table_bytes
 from spark_jobs.runtime.maintenance.table import MaintainedTable
@@ -224,7 +226,7 @@ class KeyedState:
             stream = (self._session.readStream.schema(schema).option("maxFilesPerTrigger", 1 << 30)
                       .parquet(f"{self.folder}/staged/b*/{source}"))
             stream.createOrReplaceTempView(source)
-        frame = self._session.sql(self.t.plan.change_query)
+        frame = self._session.sql(self._query())
         self.schema = StructType([f for f in frame.schema.fields if f.name != BARRIER])
         out = f"{self.folder}/out"
 
@@ -236,11 +238,22 @@ class KeyedState:
                       .option("checkpointLocation", f"{self.folder}/checkpoint").trigger(processingTime=TRIGGER).start())
         return self.query
 
+    def _query(self) -> str:
+        """The streaming query: the plan's, or a Top-N's, made with its ORDER BY's types."""
+        top = self.t.plan.top_n
+        if top is None:
+            return self.t.plan.change_query
+        assert self._session is not None
+        order = [sql for sql, _, _ in top.order]
+        probe = self._session.sql(f"SELECT {', '.join(order)} FROM {top.source}")
+        return top_n_query(top, {sql: f.dataType.simpleString() for sql, f in zip(order, probe.schema.fields, strict=True)})
+
 
 def with_row_key(t: MaintainedTable, rows: DataFrame, appended: bool) -> DataFrame:
     """A changelog table's ``rows`` (with their ``BARRIER``) with their ``ROW_KEY``, the GROUP BY
-    values as JSON (times in UTC whatever the session's zone, so a key is the same string at
-    every barrier), and whether they are ``APPENDED`` (else the table's whole, one row a key)."""
+    values (a Top-N's partition and rank) as JSON (times in UTC whatever the session's zone, so a
+    key is the same string at every barrier), and whether they are ``APPENDED`` (else the
+    table's whole, one row a key)."""
     key = output_key(t.plan, [c for c in rows.columns if c != BARRIER])
     assert key is not None
     return rows.withColumn(ROW_KEY, F.to_json(F.struct(*map(F.col, key)), {"timeZone": "UTC"})) \

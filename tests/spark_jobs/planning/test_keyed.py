@@ -1,12 +1,14 @@
 """WITH ('state' = 'keyed'): which queries Spark's state store keeps by key (a join of two
-tables, a GROUP BY of one table that only grows), and a refusal that says why for any other
-(the option is never silently ignored)."""
+tables, a GROUP BY or a Top-N of one table that only grows), and a refusal that says why for any other
+(the option is never silently ignored); a Top-N's streaming query, made once its ORDER BY's
+types are known."""
 
 from __future__ import annotations
 
 import pytest
 
 from coordinator.domain.snapshot import HIDDEN
+from spark_jobs.planning.keyed import top_n_query
 from spark_jobs.planning.pipeline import Pipeline, PipelineError, parse_pipeline
 from spark_jobs.planning.plans import plan_for
 
@@ -38,9 +40,36 @@ def test_a_keyed_aggregate_keeps_each_groups_running_aggregates_by_its_group_col
                                       "GROUP BY auction, day")
 
 
+def test_a_keyed_top_n_keeps_each_partitions_first_rows_keyed_by_partition_and_rank() -> None:
+    pipeline = keyed("SELECT auction, r, price FROM (SELECT day, auction, price, ROW_NUMBER() OVER (PARTITION BY "
+                     "auction ORDER BY price DESC, day NULLS LAST) AS r FROM bids b WHERE price > 0) WHERE r < 4")
+    plan = plan_for(pipeline, pipeline.table("t"))
+    assert (plan.kind, plan.sources, plan.key, plan.change_query) == ("keyed_aggregate", ("bids",), (0, 1), "")
+    assert plan.explain().startswith("incremental keyed aggregate: the first 3 rows of each (auction) of bids")
+    assert plan.top_n is not None and plan.top_n.columns == (("auction", "auction"), ("r", None), ("price", "price"))
+    query = top_n_query(plan.top_n, {"price": "bigint", "day": "string"})  # (max_by would reverse the string day)
+    assert query.startswith(f"SELECT {HIDDEN}row.auction AS auction, {HIDDEN}rank + 1 AS r, {HIDDEN}row.price AS price")
+    assert ("min_by(named_struct('auction', auction, 'price', price), struct(price IS NULL, ~(price), "
+            "day IS NULL, day), 3)") in query and "FROM bids AS b WHERE price > 0 GROUP BY auction" in query
+    assert "max_by(named_struct('auction', auction, 'price', price), struct(price IS NOT NULL, price, day IS NOT NULL, " \
+        "concat(unhex(translate(hex(encode(day, 'UTF-8'))" in top_n_query(plan.top_n, {"price": "string", "day": "string"})
+    with pytest.raises(PipelineError, match=r"orders by price, day, whose types \(array<int>, array<int>\) cannot all"):
+        top_n_query(plan.top_n, {"price": "array<int>", "day": "array<int>"})
+
+
 @pytest.mark.parametrize(
     ("query", "why"),
     [
+        ("SELECT * FROM (SELECT auction, price, RANK() OVER (PARTITION BY auction ORDER BY price) AS r FROM bids) "
+         "WHERE r <= 3", "not one ROW_NUMBER"),
+        ("SELECT * FROM (SELECT auction, price, ROW_NUMBER() OVER (ORDER BY price) AS r FROM bids) WHERE r <= 3",
+         "not one ROW_NUMBER"),
+        ("SELECT * FROM (SELECT auction, price, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price) AS r FROM bids) "
+         "WHERE r <= 3 AND price > 1", "outer WHERE is not r <= N"),
+        ("SELECT price, r FROM (SELECT auction, price, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price) AS r "
+         "FROM bids) WHERE r <= 3", "does not hold every PARTITION BY column and r"),
+        ("SELECT * FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY category ORDER BY id) AS r FROM auctions) "
+         "WHERE r = 1", "auctions may update or delete rows"),
         ("SELECT b.price FROM bids b LEFT JOIN auctions a ON b.auction = a.id", "not an INNER equi-join of two tables"),
         ("SELECT b.price FROM bids b JOIN auctions a ON b.price > a.id", "no equality between a column of each"),
         ("SELECT price FROM bids", "not an INNER equi-join of two tables"),

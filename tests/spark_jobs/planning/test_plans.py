@@ -205,7 +205,7 @@ def test_the_nexmark_pipeline_maintains_its_queries_incrementally_where_it_can()
     plans = {t.name: plan_for(pipeline, t) for t in pipeline.derived}
     assert {n: str(p.kind) for n, p in plans.items()} == {
         "q0": "projection", "q1": "projection", "q2": "projection", "q3": "keyed_join", "q9": "groups",
-        "q15": "aggregate", "q16": "aggregate", "q17": "keyed_aggregate", "q18": "groups", "q19": "groups",
+        "q15": "aggregate", "q16": "aggregate", "q17": "keyed_aggregate", "q18": "groups", "q19": "keyed_aggregate",
         "q21": "projection", "q22": "projection", "q5": "groups", "q7": "groups", "q8": "groups", "q20": "keyed_join",
         "q4_final": "join_aggregate", "q4": "aggregate",  # q4 in two tables: auctions' closing prices, then
     }                                                       # their categories' averages (over a keyed table)

@@ -7,7 +7,9 @@ checkpoint), a barrier retried after its state was committed but its table commi
 (vacuum meanwhile leaves the state alone), and a revision (a new generation starts a new
 state). A keyed aggregate through bids on new and old auctions (its groups MERGEd, or the table
 rewritten where that was measured cheaper), a barrier whose rows change no group, a restart, a retry and a revision.
-The same aggregate in the changelog layout, read through Spark and without it (DataFusion)."""
+The same aggregate in the changelog layout, read through Spark and without it (DataFusion).
+Two keyed Top-Ns (a running max_by over strings ordered both ways, and a min_by), in place and
+in the changelog layout, through ties, nulls, a restart and a compaction."""
 
 from __future__ import annotations
 
@@ -51,6 +53,15 @@ CREATE TABLE stats WITH ('state' = 'keyed') AS
 CREATE TABLE stats_log WITH ('state' = 'keyed', 'layout' = 'changelog') AS
   SELECT auction, price % 2 AS parity, COUNT(*) AS n, MIN(price) AS low, MAX(price) AS high, AVG(price) AS mean
   FROM bids WHERE price >= 0 GROUP BY auction, price % 2;
+CREATE TABLE top WITH ('state' = 'keyed') AS
+  SELECT * FROM (SELECT auction, price, ROW_NUMBER() OVER (
+                   PARTITION BY auction ORDER BY CAST(price % 3 AS STRING) DESC, CAST(price AS STRING)) AS r FROM bids)
+  WHERE r <= 3;
+CREATE TABLE top_log WITH ('state' = 'keyed', 'layout' = 'changelog') AS
+  SELECT * FROM (SELECT auction, price, CAST(price % 7 AS STRING) AS digit,
+                        ROW_NUMBER() OVER (PARTITION BY auction ORDER BY CAST(price % 7 AS STRING) NULLS LAST, price DESC) AS r
+                 FROM bids WHERE price IS NULL OR price >= 0)
+  WHERE r < 3;
 """
 
 
@@ -241,3 +252,43 @@ def test_a_changelog_aggregate_appends_its_groups_compacts_and_reads_as_its_quer
     stored = spark.read.format("delta").option("versionAsOf", completions.seen[8]).load(path)
     assert stored.count() > len(query_at(spark, warehouse, table.query, versions))  # the older rows are stored, not read
     job.close()
+
+
+def test_keyed_top_ns_equal_their_query_through_ties_nulls_a_restart_and_a_compaction(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(costs, "COMPACT_APPENDS", 3)
+    monkeypatch.setattr(costs, "COMPACT_SHARE", 100.0)
+    rng = random.Random(13)
+    warehouse = tmp_path / "wh"
+    bids = DeltaSink(spark, str(warehouse / "bids"), "ingest_bids", BIDS)
+    tables = [planned(name, PlanKind.KEYED_AGGREGATE) for name in ("top", "top_log")]
+    completions = {name: Completions() for name in ("top", "top_log")}
+
+    def maintainers() -> list[TableMaintainer]:  # (top MERGEs at every barrier, whatever it costs)
+        return [TableMaintainer(spark, table, plan, f"maintain_{table.name}", lambda name: str(warehouse / name),
+                                completions[table.name], **({"rewrite_limit_bytes": -1, "costs": CostChoice(probe_every=1)}
+                                                            if table.name == "top" else {}))  # type: ignore[arg-type]
+                for table, plan in tables]
+
+    versions: dict[str, int] = {}
+    jobs = maintainers()
+    for barrier in range(1, 6):  # new and old auctions' bids, with equal prices and no price at all
+        rows = [(rng.randrange(1, barrier * 5 + 5), rng.choice([None, *range(-2, 30)])) for _ in range(30)]
+        versions["bids"] = bids.commit(barrier, 1, lambda r=rows: spark.createDataFrame(r, BIDS).write.format(
+            "delta").mode("append").save(bids.path))
+        if barrier == 4:
+            for job in jobs:
+                job.close()
+            jobs = maintainers()  # a restart: the states carry on from their checkpoints
+        for job, (table, _) in zip(jobs, tables, strict=True):
+            job.process(BarrierWork(barrier, 1, 0, source_versions=dict(versions)))
+            path, version = str(warehouse / table.name), completions[table.name].seen[barrier]
+            expected = query_at(spark, warehouse, table.query, versions)
+            assert Counter(tuple(r) for r in visible(read_version(spark, path, version)).collect()) == expected, \
+                f"{table.name} at barrier {barrier}"
+    history = DeltaTable.forPath(spark, str(warehouse / "top")).history().orderBy("version").collect()
+    assert [h.operation for h in history] == ["WRITE", "MERGE", "MERGE", "MERGE", "MERGE"]
+    log = DeltaTable.forPath(spark, str(warehouse / "top_log")).history().orderBy("version").collect()
+    assert [h.operationParameters.get("mode") for h in log] == ["Overwrite", "Append", "Append", "Append", "Overwrite"]
+    for job in jobs:
+        job.close()
