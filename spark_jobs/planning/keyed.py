@@ -98,9 +98,7 @@ def _keyed_aggregate(tree: exp.Select, shapes: Mapping[str, TableShape], changel
     if join is not None:
         raise Unsupported("it aggregates a join (Spark's update mode keeps no join before an aggregate)")
     (source,) = set(aliases.values())
-    if not shapes.get(source, UNKNOWN).append_only:
-        raise Unsupported(f"{source} may update or delete rows (it has a primary key or is not append-only), which "
-                          "running aggregates cannot take back")
+    _check_grows(source, shapes, "running aggregates")
     parts = aggregate_parts(tree, list(tree.expressions), "1")  # (checks the select list: group columns, aggregates)
     if any(a.func == "count_distinct" for a in parts.get("aggregates", ())):
         raise Unsupported("COUNT(DISTINCT ...) is not kept by Spark's streaming aggregation")
@@ -113,6 +111,13 @@ def _keyed_aggregate(tree: exp.Select, shapes: Mapping[str, TableShape], changel
                 f"key lookup; {WRITES[changelog].format(rows='groups', key='GROUP BY key')}",
                 tree.sql(dialect=SPARK), (source,), key=parts.get("key"), change_query=streaming.sql(dialect=SPARK),
                 changelog=changelog)
+
+
+def _check_grows(source: str, shapes: Mapping[str, TableShape], kept: str) -> None:
+    """Refuse a ``source`` that may lose rows, which state of inserts only (``kept``) cannot take back."""
+    if not shapes.get(source, UNKNOWN).append_only:
+        raise Unsupported(f"{source} may update or delete rows (it has a primary key or is not append-only), which "
+                          f"{kept} cannot take back")
 
 
 def _keyed_top_n(tree: exp.Select, shapes: Mapping[str, TableShape], changelog: bool) -> Plan:
@@ -133,9 +138,7 @@ def _keyed_top_n(tree: exp.Select, shapes: Mapping[str, TableShape], changelog: 
     rank = window.parent.alias
     limit = _limit(tree.args.get("where"), rank)
     source = inner.args["from_"].this.name
-    if not shapes.get(source, UNKNOWN).append_only:
-        raise Unsupported(f"{source} may update or delete rows (it has a primary key or is not append-only), which "
-                          "a partition's first rows cannot take back")
+    _check_grows(source, shapes, "a partition's first rows")
     items = {i.alias_or_name: (None if i.unalias() is window else i.unalias().sql(dialect=SPARK)) for i in inner.expressions}
     if "" in items or any(i.is_star for i in inner.expressions):
         raise Unsupported("the inner select list has a * or an unnamed expression (name it with AS)")
@@ -178,8 +181,8 @@ def top_n_query(top: TopN, types: Mapping[str, str]) -> str:
     struct compared field by field: a null flag and the value per ORDER BY expression, the value
     reversed where the expression's direction is not the aggregate's (``_reversed``), which needs
     its type (``types``: Spark's simple type name by expression), so the query is made at run
-    time. Of the two aggregates, the one that reverses no string or binary is taken, else
-    ``max_by``.
+    time. Of the two aggregates, the one that reverses fewer strings and binaries is taken
+    (``max_by`` on a tie).
 
     >>> top = TopN("bid", None, ("auction",), (("price", True, False), ("date_time", False, True)), 2,
     ...            (("auction", "auction"), ("price", "price"), ("r", None)))
@@ -190,7 +193,11 @@ def top_n_query(top: TopN, types: Mapping[str, str]) -> str:
     FROM bid GROUP BY auction) LATERAL VIEW posexplode(__lockstep_top) AS __lockstep_rank, __lockstep_row
     """
     ways = {largest: _order_fields(top, types, largest) for largest in (True, False)}
-    largest = min((w for w in ways if ways[w] is not None), key=lambda w: ("unhex" in str(ways[w]), not w), default=None)
+
+    def reversed_bytes(largest: bool) -> int:  # strings and binaries the way reverses (each complemented byte by byte)
+        return sum(types[sql] in ("string", "binary") and descending != largest for sql, descending, _ in top.order)
+
+    largest = min((w for w in ways if ways[w] is not None), key=lambda w: (reversed_bytes(w), not w), default=None)
     if largest is None:
         raise PipelineError(f"a keyed ROW_NUMBER() orders by {', '.join(s for s, _, _ in top.order)}, whose types "
                             f"({', '.join(types[s] for s, _, _ in top.order)}) cannot all be ordered one way: an "
