@@ -6,12 +6,13 @@ Three shapes are kept this way, each Spark's own stateful streaming operator:
 
 * a **keyed join**: an INNER equi-join of two tables, each side's rows kept by join key; the
   joined rows of a barrier's new rows are appended;
-* a **keyed aggregate**: a GROUP BY over one table that only grows, with COUNT, COUNT(*), SUM,
+* a **keyed aggregate**: a GROUP BY over one table that only grows (or a keyed join's table,
+  which grows between its rebuilds: a rebuild of it rebuilds this state too), with COUNT, COUNT(*), SUM,
   AVG, MIN, MAX (and ``FILTER (WHERE ...)``), each group's running aggregates kept by group;
   the groups a barrier changed are MERGEd by the GROUP BY columns (or the table rewritten with
   them, where the job measured that cheaper: ``maintenance.writes.upsert_groups``);
 * a **keyed Top-N**: the first N rows of each partition (``ROW_NUMBER() OVER (PARTITION BY ...
-  ORDER BY ...) <= N``) of one table that only grows, kept as a keyed aggregate whose one
+  ORDER BY ...) <= N``) of one such table, kept as a keyed aggregate whose one
   aggregate is Spark's ``max_by(row, order, N)``, each changed partition's rows written by
   partition and rank as an aggregate's groups are.
 
@@ -22,7 +23,7 @@ barrier among the rows that made a result row, so the rows a barrier made are fo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import sqlglot
 from sqlglot import exp
@@ -42,13 +43,15 @@ WRITES = {  # how a keyed aggregate's changed rows (groups, or a partition's ran
           f"{COMPACT_SHARE:.0%} of its bytes",
 }
 HOW = ("WITH ('state' = 'keyed') keeps an INNER equi-join of two tables, or a GROUP BY or a ROW_NUMBER() <= N of one "
-       "table that only grows")
+       "table that only grows or is a keyed join's")
 TOP = f"{HIDDEN}top"  # a partition's first rows, an array of structs (ranked by position)
 
 
-def keyed_plan(name: str, query: str, shapes: Mapping[str, TableShape], changelog: bool = False) -> Plan:
+def keyed_plan(name: str, query: str, shapes: Mapping[str, TableShape], changelog: bool = False,
+               joins: Collection[str] = ()) -> Plan:
     """The plan of table ``name`` declared keyed, whose ``query`` reads tables of ``shapes``
-    (``changelog``: an aggregate's table in the changelog layout).
+    (``changelog``: an aggregate's table in the changelog layout; ``joins``: the keyed joins'
+    tables among them, which only grow between rebuilds).
 
     >>> keyed_plan("t", "SELECT b.x, a.y FROM b JOIN a ON b.k = a.id", {}).change_query.split(" FROM ")[0]
     'SELECT b.x, a.y, GREATEST(b.__lockstep_barrier, a.__lockstep_barrier) AS __lockstep_barrier'
@@ -60,14 +63,14 @@ def keyed_plan(name: str, query: str, shapes: Mapping[str, TableShape], changelo
     try:
         if isinstance(tree, exp.Select) and isinstance(tree.args.get("from_") and tree.args["from_"].this, exp.Subquery) \
                 and tree.find(exp.Window):
-            return _keyed_top_n(tree, shapes, changelog)
+            return _keyed_top_n(tree, shapes, changelog, joins)
         if not isinstance(tree, exp.Select) or any(s is not tree for s in tree.find_all(exp.Select)):
             raise Unsupported("it is not one SELECT (a UNION, a subquery or a CTE)")
         if any(tree.args.get(c) for c in ("having", "distinct", "qualify", "order", "limit", "laterals")) \
                 or tree.find(exp.Window, exp.UDTF):
             raise Unsupported("it filters groups (HAVING), ranks, orders, takes DISTINCT rows or explodes its rows")
         if tree.args.get("group") or tree.find(exp.AggFunc):
-            return _keyed_aggregate(tree, shapes, changelog)
+            return _keyed_aggregate(tree, shapes, changelog, joins)
         if changelog:
             raise Unsupported("WITH ('layout' = 'changelog') is a keyed aggregate's layout (a join's rows are appended "
                               "already)")
@@ -93,19 +96,20 @@ def _keyed_join(tree: exp.Select) -> Plan:
                 append_only=True, join_columns=join.columns, change_query=streaming.sql(dialect=SPARK))
 
 
-def _keyed_aggregate(tree: exp.Select, shapes: Mapping[str, TableShape], changelog: bool) -> Plan:
+def _keyed_aggregate(tree: exp.Select, shapes: Mapping[str, TableShape], changelog: bool, joins: Collection[str]) -> Plan:
     aliases, join = relations(tree)
     if join is not None:
-        raise Unsupported("it aggregates a join (Spark's update mode keeps no join before an aggregate)")
+        raise Unsupported("it aggregates a join (Spark's update mode keeps no join before an aggregate; make the "
+                          "join a keyed table of its own, and aggregate that)")
     (source,) = set(aliases.values())
-    _check_grows(source, shapes, "running aggregates")
+    grows = _grows(source, shapes, "running aggregates", joins)
     parts = aggregate_parts(tree, list(tree.expressions), "1")  # (checks the select list: group columns, aggregates)
     if any(a.func == "count_distinct" for a in parts.get("aggregates", ())):
         raise Unsupported("COUNT(DISTINCT ...) is not kept by Spark's streaming aggregation")
     streaming = tree.copy()
     streaming.select(f"MAX({BARRIER}) AS {BARRIER}", dialect=SPARK, copy=False)
     group = ", ".join(g.sql(dialect=SPARK) for g in tree.args["group"].expressions)
-    return Plan(PlanKind.KEYED_AGGREGATE, f"GROUP BY {group} of {source}, which only grows, with "
+    return Plan(PlanKind.KEYED_AGGREGATE, f"GROUP BY {group} of {source}, {grows}, with "
                 f"{aggregate_names(parts.get('aggregates', ()))}: each group's running aggregates kept in Spark's "
                 "state store (RocksDB, checkpointed with the table), so a barrier's new rows update their groups by a "
                 f"key lookup; {WRITES[changelog].format(rows='groups', key='GROUP BY key')}",
@@ -113,14 +117,20 @@ def _keyed_aggregate(tree: exp.Select, shapes: Mapping[str, TableShape], changel
                 changelog=changelog)
 
 
-def _check_grows(source: str, shapes: Mapping[str, TableShape], kept: str) -> None:
-    """Refuse a ``source`` that may lose rows, which state of inserts only (``kept``) cannot take back."""
+def _grows(source: str, shapes: Mapping[str, TableShape], kept: str, joins: Collection[str]) -> str:
+    """How ``source`` grows (for the plan's reason); refuse one that may lose rows, which state of
+    inserts only (``kept``) cannot take back. A keyed join's table (in ``joins``) only grows
+    but when it is rebuilt (its sources updated or deleted a row), and its rebuild shows as a
+    retraction among its changes, which rebuilds this state too (``runtime.maintenance.keyed``)."""
+    if source in joins:
+        return "a keyed join's table, which only grows between its rebuilds (each rebuilds this state too)"
     if not shapes.get(source, UNKNOWN).append_only:
         raise Unsupported(f"{source} may update or delete rows (it has a primary key or is not append-only), which "
-                          f"{kept} cannot take back")
+                          f"{kept} cannot take back; a keyed join's table may be read instead")
+    return "which only grows"
 
 
-def _keyed_top_n(tree: exp.Select, shapes: Mapping[str, TableShape], changelog: bool) -> Plan:
+def _keyed_top_n(tree: exp.Select, shapes: Mapping[str, TableShape], changelog: bool, joins: Collection[str]) -> Plan:
     """``SELECT * FROM (SELECT ..., ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS r FROM t) WHERE
     r <= N`` over a table ``t`` that only grows: its partitions' rows can only move down a rank,
     so a partition changed by a barrier's new rows is written whole, its ranks replacing theirs."""
@@ -129,7 +139,8 @@ def _keyed_top_n(tree: exp.Select, shapes: Mapping[str, TableShape], changelog: 
             or any(s is not inner for s in inner.find_all(exp.Select)) \
             or any(tree.args.get(c) or inner.args.get(c) for c in
                    ("joins", "group", "having", "distinct", "qualify", "order", "limit", "laterals")):
-        raise Unsupported("it is not SELECT ... FROM (SELECT ..., ROW_NUMBER() OVER (...) AS r FROM one table) WHERE r <= N")
+        raise Unsupported("it is not SELECT ... FROM (SELECT ..., ROW_NUMBER() OVER (...) AS r FROM one table) WHERE r <= N "
+                          "(a join may be a keyed table of its own, read by the Top-N)")
     windows = [w for w in inner.find_all(exp.Window) if isinstance(w.this, exp.RowNumber)]
     (window,) = windows if len(windows) == 1 and len(list(tree.find_all(exp.Window))) == 1 else (None,)
     if window is None or not window.args.get("partition_by") or not window.args.get("order") \
@@ -138,7 +149,7 @@ def _keyed_top_n(tree: exp.Select, shapes: Mapping[str, TableShape], changelog: 
     rank = window.parent.alias
     limit = _limit(tree.args.get("where"), rank)
     source = inner.args["from_"].this.name
-    _check_grows(source, shapes, "a partition's first rows")
+    grows = _grows(source, shapes, "a partition's first rows", joins)
     items = {i.alias_or_name: (None if i.unalias() is window else i.unalias().sql(dialect=SPARK)) for i in inner.expressions}
     if "" in items or any(i.is_star for i in inner.expressions):
         raise Unsupported("the inner select list has a * or an unnamed expression (name it with AS)")
@@ -154,9 +165,10 @@ def _keyed_top_n(tree: exp.Select, shapes: Mapping[str, TableShape], changelog: 
     where = inner.args.get("where")
     top = TopN(inner.args["from_"].this.sql(dialect=SPARK), where.this.sql(dialect=SPARK) if where else None, partition,
                order, limit, tuple((n, items[n]) for n in names))
-    return Plan(PlanKind.KEYED_AGGREGATE, f"the first {limit} rows of each ({', '.join(partition)}) of {source}, which "
-                f"only grows: each partition's first rows kept in Spark's state store (RocksDB, checkpointed with the "
-                "table) as a running max_by, so a barrier's new rows update their partitions by a key lookup; "
+    first = "the first row" if limit == 1 else f"the first {limit} rows"
+    return Plan(PlanKind.KEYED_AGGREGATE, f"{first} of each ({', '.join(partition)}) of {source}, {grows}: each "
+                "partition's first rows kept in Spark's state store (RocksDB, checkpointed with the table) as a "
+                "running max_by, so a barrier's new rows update their partitions by a key lookup; "
                 + WRITES[changelog].format(rows="partitions' rows", key=f"partition and {rank}"),
                 tree.sql(dialect=SPARK), (source,), key=tuple(sorted(key)), changelog=changelog, top_n=top)
 

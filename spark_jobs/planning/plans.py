@@ -272,8 +272,10 @@ def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
     if changelogs:  # its changes are not its appended rows: read each barrier's snapshot whole
         return Plan(PlanKind.FULL_REFRESH, f"it reads {', '.join(changelogs)}, whose changelog layout keeps each "
                     "key's newest row at read time (its appended rows are no change rows)", table.query, table.sources)
-    if table.keyed:
-        return keyed_plan(table.name, table.query, shapes, table.changelog)
+    if table.keyed:  # (a keyed join's table is rebuilt, not retracted from: keyed state over it rebuilds too)
+        joins = [t.name for t in pipeline.derived if t.name in table.sources and t.keyed and not t.changelog
+                 and keyed_plan(t.name, t.query, shapes).kind == PlanKind.KEYED_JOIN]
+        return keyed_plan(table.name, table.query, shapes, table.changelog, joins)
     return plan_query(table.query, shapes) if table.python is None else _python_plan(table, shapes)
 
 

@@ -1,5 +1,5 @@
 """WITH ('state' = 'keyed'): which queries Spark's state store keeps by key (a join of two
-tables, a GROUP BY or a Top-N of one table that only grows), and a refusal that says why for any other
+tables, a GROUP BY or a Top-N of one table that only grows or is a keyed join's), and a refusal that says why for any other
 (the option is never silently ignored); a Top-N's streaming query, made once its ORDER BY's
 types are known."""
 
@@ -89,6 +89,31 @@ def test_any_other_query_is_refused_with_why(query: str, why: str) -> None:
     pipeline = keyed(query)
     with pytest.raises(PipelineError, match=f"table t: WITH \\('state' = 'keyed'\\) keeps .*{why}.*; remove the option"):
         plan_for(pipeline, pipeline.table("t"))
+
+
+JOINED = "SELECT b.auction, b.price, a.category FROM bids b JOIN auctions a ON b.auction = a.id"
+
+
+@pytest.mark.parametrize(
+    ("query", "first"),
+    [
+        ("SELECT category, COUNT(*) AS n, MAX(price) AS high FROM j GROUP BY category", "GROUP BY category of j"),
+        ("SELECT * FROM (SELECT auction, price, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS r "
+         "FROM j) WHERE r = 1", "the first row of each (auction) of j"),
+    ],
+)
+def test_keyed_state_reads_a_keyed_joins_table_which_grows_between_its_rebuilds(query: str, first: str) -> None:
+    """A join before an aggregate, as two keyed tables: the join's table is appended to except
+    when a source's update rebuilds it, and that rebuild rebuilds the aggregate's state too."""
+    pipeline = parse_pipeline(ROOTS + f"CREATE TABLE j WITH ('state' = 'keyed') AS {JOINED};\n"
+                              f"CREATE TABLE t WITH ('state' = 'keyed') AS {query}")
+    plan = plan_for(pipeline, pipeline.table("t"))
+    assert (plan.kind, plan.sources) == ("keyed_aggregate", ("j",))
+    assert f"{first}, a keyed join's table, which only grows between its rebuilds (each rebuilds this state too)" \
+        in plan.explain()
+    plain = parse_pipeline(ROOTS + f"CREATE TABLE j AS {JOINED};\nCREATE TABLE t WITH ('state' = 'keyed') AS {query}")
+    with pytest.raises(PipelineError, match="j may update or delete rows .* a keyed join's table may be read instead"):
+        plan_for(plain, plain.table("t"))  # (the same join kept otherwise retracts rows when auctions change)
 
 
 def test_a_changelog_aggregate_is_read_whole_by_the_tables_that_read_it() -> None:

@@ -2,8 +2,8 @@
 store, checked barrier by barrier against the same query over the sources' snapshots.
 
 A keyed join through inserts on both sides (bids before their auction too), a barrier that
-updates an auction (the state is rebuilt), a restart (the state carries on from its
-checkpoint), a barrier retried after its state was committed but its table commit was not
+updates an auction (the state is rebuilt, and a Top-N over the join's table rebuilds its own),
+a restart (the state carries on from its checkpoint), a barrier retried after its state was committed but its table commit was not
 (vacuum meanwhile leaves the state alone), and a revision (a new generation starts a new
 state). A keyed aggregate through bids on new and old auctions (its groups MERGEd, or the table
 rewritten where that was measured cheaper), a barrier whose rows change no group, a restart, a retry and a revision.
@@ -62,6 +62,9 @@ CREATE TABLE top_log WITH ('state' = 'keyed', 'layout' = 'changelog') AS
                         ROW_NUMBER() OVER (PARTITION BY auction ORDER BY CAST(price % 7 AS STRING) NULLS LAST, price DESC) AS r
                  FROM bids WHERE price IS NULL OR price >= 0)
   WHERE r < 3;
+CREATE TABLE best WITH ('state' = 'keyed') AS
+  SELECT * FROM (SELECT auction, price, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS r FROM hot)
+  WHERE r <= 2;
 """
 
 
@@ -98,16 +101,29 @@ class Completions:
 
 def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a_retry(
         spark: SparkSession, tmp_path: Path) -> None:
+    """... and so does a Top-N over its table (q9's way: a join before a Top-N as two keyed
+    tables), which rebuilds its state when it reads the join's rebuild among its changes."""
     rng = random.Random(5)
     warehouse = tmp_path / "wh"
     bids = DeltaSink(spark, str(warehouse / "bids"), "ingest_bids", BIDS)
     auctions = DeltaSink(spark, str(warehouse / "auctions"), "ingest_auctions", AUCTIONS)
     table, plan = planned("hot", PlanKind.KEYED_JOIN)
-    completions = Completions()
+    best, best_plan = planned("best", PlanKind.KEYED_AGGREGATE)
+    completions, best_completions = Completions(), Completions()
 
     def maintainer() -> TableMaintainer:
         return TableMaintainer(spark, table, plan, "maintain_hot", lambda name: str(warehouse / name),
                                completions)  # type: ignore[arg-type]
+
+    def best_maintainer() -> TableMaintainer:
+        return TableMaintainer(spark, best, best_plan, "maintain_best", lambda name: str(warehouse / name),
+                               best_completions)  # type: ignore[arg-type]
+
+    def check_best(barrier: int, generation: int = 1) -> None:
+        hot = {"hot": completions.seen[barrier]}
+        top.process(BarrierWork(barrier, generation, 0, source_versions=hot))
+        got = read_version(spark, str(warehouse / "best"), best_completions.seen[barrier])
+        assert Counter(tuple(r) for r in got.collect()) == query_at(spark, warehouse, best.query, hot), f"best, barrier {barrier}"
 
     def upsert(rows: list[tuple[int, int]], barrier: int) -> int:  # as a keyed root's ingestion does
         frame = spark.createDataFrame(rows, AUCTIONS)
@@ -117,12 +133,21 @@ def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a
     def expected(versions: dict[str, int]) -> Counter[tuple[Any, ...]]:
         return query_at(spark, warehouse, table.query, versions)
 
-    def states() -> list[str]:
-        return sorted(p.name for p in (warehouse / "hot" / STATE_FOLDER).iterdir())
+    def states(name: str = "hot") -> list[str]:
+        return sorted(p.name for p in (warehouse / name / STATE_FOLDER).iterdir())
+
+    def kept(name: str, barrier: int, started: int, generation: int = 1) -> None:
+        """The state runs from barrier ``started``; any other folder is an older state's (each
+        barrier deletes them, but a stopped query's state store may still write a snapshot into
+        its folder for up to a maintenance interval, making it again)."""
+        state = f"g{generation}-b{started}"
+        older = [n for n in states(name) if n != state]
+        assert state in states(name) and all(tuple(map(int, n[1:].split("-b"))) < (generation, started) for n in older), \
+            f"{name}, barrier {barrier}: {states(name)}"
 
     versions: dict[str, int] = {}
     categories: dict[int, int] = {}
-    job = maintainer()
+    job, top = maintainer(), best_maintainer()
     for barrier in range(1, 7):
         ids = range(barrier * 10, barrier * 10 + 10)
         rows = [(i, rng.choice([10, 11])) for i in ids]
@@ -136,7 +161,8 @@ def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a
             "delta").mode("append").save(bids.path))
         if barrier == 5:
             job.close()
-            job = maintainer()  # a restart: only the state's checkpoint and the table are left
+            top.close()
+            job, top = maintainer(), best_maintainer()  # a restart: only the states' checkpoints and the tables are left
         work = BarrierWork(barrier, 1, 0, source_versions=dict(versions))
         if barrier == 6:  # the state committed the barrier, the table commit never happened
             assert job.keyed is not None
@@ -156,13 +182,18 @@ def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a
         job.process(work)
         got = spark.read.format("delta").option("versionAsOf", completions.seen[barrier]).load(str(warehouse / "hot"))
         assert Counter(tuple(r) for r in got.collect()) == expected(versions), f"barrier {barrier}"
-        assert states() == [f"g1-b{1 if barrier < 4 else 4}"], f"barrier {barrier}: {states()}"
         assert {"stage", "state work", "state commit", "write"} <= {p.name for p in job.watch.phases()}, f"barrier {barrier}"
+        check_best(barrier)
+        for name in ("hot", "best"):  # (the Top-N rebuilt with the join's table, at barrier 4)
+            kept(name, barrier, 1 if barrier < 4 else 4)
     job.process(BarrierWork(7, 2, 0, source_versions=dict(versions)))  # a revision: a new generation, a new state
-    assert states() == ["g2-b7"]
     got = spark.read.format("delta").option("versionAsOf", completions.seen[7]).load(str(warehouse / "hot"))
     assert Counter(tuple(r) for r in got.collect()) == expected(versions)
+    check_best(7, generation=2)
+    for name in ("hot", "best"):
+        kept(name, 7, 7, generation=2)
     job.close()
+    top.close()
 
 
 def test_a_keyed_aggregate_equals_its_query_through_old_groups_a_restart_a_retry_and_a_revision(
@@ -292,3 +323,4 @@ def test_keyed_top_ns_equal_their_query_through_ties_nulls_a_restart_and_a_compa
     assert [h.operationParameters.get("mode") for h in log] == ["Overwrite", "Append", "Append", "Append", "Overwrite"]
     for job in jobs:
         job.close()
+
