@@ -7,14 +7,15 @@ Three shapes are kept this way, each Spark's own stateful streaming operator:
 * a **keyed join**: an INNER equi-join of two tables, each side's rows kept by join key; the
   joined rows of a barrier's new rows are appended;
 * a **keyed aggregate**: a GROUP BY over one table that only grows (or a keyed join's table,
-  which grows between its rebuilds: a rebuild of it rebuilds this state too), with COUNT, COUNT(*), SUM,
-  AVG, MIN, MAX (and ``FILTER (WHERE ...)``), each group's running aggregates kept by group;
+  which grows between its rebuilds: a rebuild of it rebuilds this state too), with COUNT,
+  COUNT(*), SUM, AVG, MIN, MAX (and ``FILTER (WHERE ...)``), each group's running aggregates
+  kept by group;
   the groups a barrier changed are MERGEd by the GROUP BY columns (or the table rewritten with
   them, where the job measured that cheaper: ``maintenance.writes.upsert_groups``);
 * a **keyed Top-N**: the first N rows of each partition (``ROW_NUMBER() OVER (PARTITION BY ...
-  ORDER BY ...) <= N``) of one such table, kept as a keyed aggregate whose one
-  aggregate is Spark's ``max_by(row, order, N)``, each changed partition's rows written by
-  partition and rank as an aggregate's groups are.
+  ORDER BY ...) <= N``) of one such table, kept as a keyed aggregate whose one aggregate is
+  Spark's ``max_by(row, order, N)``, each changed partition's rows written by partition and
+  rank as an aggregate's groups are.
 
 Any other query declared keyed is a ``PipelineError``: the option is never silently ignored.
 Each plan's ``change_query`` is the streaming query, the query plus ``BARRIER``: the newest
@@ -126,7 +127,8 @@ def _grows(source: str, shapes: Mapping[str, TableShape], kept: str, joins: Coll
         return "a keyed join's table, which only grows between its rebuilds (each rebuilds this state too)"
     if not shapes.get(source, UNKNOWN).append_only:
         raise Unsupported(f"{source} may update or delete rows (it has a primary key or is not append-only), which "
-                          f"{kept} cannot take back; a keyed join's table may be read instead")
+                          f"{kept} cannot take back; a keyed join's table may be read instead (a join declared "
+                          "WITH ('state' = 'keyed'))")
     return "which only grows"
 
 

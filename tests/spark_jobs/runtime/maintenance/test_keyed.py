@@ -3,13 +3,14 @@ store, checked barrier by barrier against the same query over the sources' snaps
 
 A keyed join through inserts on both sides (bids before their auction too), a barrier that
 updates an auction (the state is rebuilt, and a Top-N over the join's table rebuilds its own),
-a restart (the state carries on from its checkpoint), a barrier retried after its state was committed but its table commit was not
-(vacuum meanwhile leaves the state alone), and a revision (a new generation starts a new
-state). A keyed aggregate through bids on new and old auctions (its groups MERGEd, or the table
-rewritten where that was measured cheaper), a barrier whose rows change no group, a restart, a retry and a revision.
-The same aggregate in the changelog layout, read through Spark and without it (DataFusion).
-Two keyed Top-Ns (a running max_by over strings ordered both ways, and a min_by), in place and
-in the changelog layout, through ties, nulls, a restart and a compaction."""
+a restart (the state carries on from its checkpoint), a barrier retried after its state was
+committed but its table commit was not (vacuum meanwhile leaves the state alone), and a
+revision (a new generation starts a new state). A keyed aggregate through bids on new and old
+auctions (its groups MERGEd, or the table rewritten where that was measured cheaper), a barrier
+whose rows change no group, a restart, a retry and a revision. The same aggregate in the
+changelog layout, read through Spark and without it (DataFusion). Two keyed Top-Ns (a running
+max_by over strings ordered both ways, and a min_by), in place and in the changelog layout,
+through ties, nulls, a restart and a compaction."""
 
 from __future__ import annotations
 
