@@ -59,10 +59,8 @@ def kafka_bootstrap(base_settings: Settings, tmp_path_factory: pytest.TempPathFa
         with KafkaContainer().with_kraft() as container:
             yield container.get_bootstrap_server()
     else:
-        broker = LocalBroker(
-            home=tmp_path_factory.mktemp("kafka"), jars=base_settings.jars / "kafka", port=free_port()
-        )
-        broker.up()
+        home = tmp_path_factory.mktemp("kafka")
+        broker = up_on_a_free_port(lambda port: LocalBroker(home=home, jars=base_settings.jars / "kafka", port=port))
         try:
             yield broker.bootstrap
         finally:
@@ -152,8 +150,8 @@ def spark(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture(scope="session")
 def local_s3(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
     """A real S3-API server (s3proxy, as ``lockstep dev up --s3`` runs it) with the bucket ``lake``."""
-    s3 = LocalS3(tmp_path_factory.mktemp("s3"), base_settings.jars / "s3proxy", free_port(), buckets=("lake",))
-    s3.up()
+    home = tmp_path_factory.mktemp("s3")
+    s3 = up_on_a_free_port(lambda port: LocalS3(home, base_settings.jars / "s3proxy", port, buckets=("lake",)))
     try:
         yield s3
     finally:

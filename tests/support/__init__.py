@@ -11,10 +11,41 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
+
+from coordinator.dev.service import ServiceError, free_port, port_in_use
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
+
+
+class _Server(Protocol):
+    def up(self) -> object: ...
+
+
+S = TypeVar("S", bound=_Server)
+
+
+def up_on_a_free_port(make: Callable[[int], S], attempts: int = 3) -> S:
+    """``make(port)`` started with ``up()`` on a free port. The machine is shared: another process
+    may take the port between its pick and the server's start, so a start that failed while some
+    other process holds the port tries another one.
+
+    Example::
+
+        registry = up_on_a_free_port(lambda port: LocalRegistry(home, jars, port))
+    """
+    for attempt in range(1, attempts + 1):
+        port = free_port()
+        server = make(port)
+        try:
+            server.up()
+        except ServiceError:
+            if attempt < attempts and port_in_use(port):
+                continue
+            raise
+        return server
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def wait_until(condition: Callable[[], T], what: str | Callable[[], str], timeout: float = 90.0) -> T:

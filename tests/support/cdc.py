@@ -17,9 +17,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from coordinator.dev.connect import LocalConnect, postgres_source
 from coordinator.dev.postgres import LocalPostgres
 from coordinator.dev.registry import LocalRegistry
-from coordinator.dev.service import free_port
 from coordinator.settings import Settings
-from tests.support import wait_until
+from tests.support import up_on_a_free_port, wait_until
 
 
 def end_offset(bootstrap: str, topic: str) -> int:
@@ -71,16 +70,20 @@ def cdc_stack(kafka_bootstrap: str, base_settings: Settings) -> Iterator[CdcStac
     is a folder the ``postgres`` user can reach (pytest's own temporary folders are private)."""
     home = Path(tempfile.mkdtemp(prefix="lockstep-cdc-"))
     home.chmod(0o755)
-    postgres = LocalPostgres(home / "postgres", free_port(), "shop")
-    registry = LocalRegistry(home / "registry", base_settings.jars / "registry", free_port())
-    connect = LocalConnect(home / "connect", base_settings.jars / "connect", free_port(), kafka_bootstrap, registry)
+    started: list[LocalPostgres | LocalRegistry | LocalConnect] = []
     try:
-        postgres.up()
-        registry.up()
-        connect.up()
+        postgres = up_on_a_free_port(lambda port: LocalPostgres(home / "postgres", port, "shop"))
+        started.append(postgres)
+        registry = up_on_a_free_port(lambda port: LocalRegistry(home / "registry", base_settings.jars / "registry", port))
+        started.append(registry)
+        connect = up_on_a_free_port(
+            lambda port: LocalConnect(home / "connect", base_settings.jars / "connect", port, kafka_bootstrap, registry))
+        started.append(connect)
         yield CdcStack(postgres, registry, connect)
     finally:
-        connect.down()
-        registry.down()
-        postgres.destroy()
+        for server in reversed(started):
+            if isinstance(server, LocalPostgres):
+                server.destroy()
+            else:
+                server.down()
         shutil.rmtree(home, ignore_errors=True)
