@@ -20,13 +20,24 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from coordinator.client.topics import create_topics
-from coordinator.dev.broker import LocalBroker, free_port
+from coordinator.dev.broker import LocalBroker
 from coordinator.dev.s3 import LocalS3
 from coordinator.settings import Settings
-from tests.support import ROOT
+from tests.support import ROOT, up_on_a_free_port
 
 pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.support.pipelines", "tests.support.browser",
                   "tests.support.http_sink", "tests.support.cdc", "tests.support.clicks"]
+
+# Fixtures that start a server, a JVM or a browser: a test using one (directly or through another
+# fixture, such as ``settings``) is marked ``integration`` here, so the fast tier (``-m "not
+# integration and not slow"``, run first by scripts/test) never waits for one.
+SERVER_FIXTURES = frozenset({"kafka_bootstrap", "spark", "local_s3", "cdc_stack", "make_browser"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
