@@ -37,7 +37,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.freshness import Processes, _wait_created, stack
+from bench.results import Figures, add_json_flag
+from bench.stack import Processes, stack, wait_created
 
 PIPELINE = """
 CREATE TABLE transfers (src BIGINT, dst BIGINT, amount BIGINT) WITH ('source' = 'kafka:{topic}', 'format' = 'json');
@@ -125,7 +126,9 @@ def main() -> None:
     parser.add_argument("--barrier-interval-ms", type=int, default=1000)
     parser.add_argument("--settle-s", type=float, default=60, help="seconds between kills (default 60)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (logs)")
+    add_json_flag(parser)
     args = parser.parse_args()
+    figures = Figures("failover", args)
     from coordinator.dev.broker import free_port
     from coordinator.dev.worker import WorkerProcess
     from coordinator.settings import Settings
@@ -148,7 +151,7 @@ def main() -> None:
         procs = Processes()
         cleanup.callback(procs.stop_all)
         procs.start("jobs", [sys.executable, "-m", "lockstep", "run", str(pipeline)], env, tmp / "jobs.log")
-        _wait_created(env, ["paid", "received"], procs, tmp / "jobs.log")
+        wait_created(env, ["paid", "received"], procs, tmp / "jobs.log")
         transfers = Transfers(broker.bootstrap, args.rate)
         transfers.start()
         cleanup.callback(transfers.halt.set)
@@ -195,13 +198,27 @@ def main() -> None:
             gaps.append(gap)
             costs.append(cost)
             during = [r for r in reader.reads if k <= r[0] <= k + 30]
+            anomalous = sum(not ok for *_, ok in during)
             print(f"{n:>9}{gap:10.1f}{gap / baseline_s:16.1f}{cost:21.1f}{election:10.1f}{cost - election:12.1f}"
-                  f"{len(during):14}{sum(not ok for *_, ok in during):11}")
+                  f"{len(during):14}{anomalous:11}")
+            figures.add("gap", gap, "s", baseline=baseline_s, ratio=gap / baseline_s, takeover=n)
+            for name, value, unit in (("kill -> barrier", cost, "s"), ("election", election, "s"),
+                                      ("-> barrier", cost - election, "s"), ("reads during", len(during), "reads"),
+                                      ("anomalous", anomalous, "reads")):
+                figures.add(name, value, unit, takeover=n)
         anomalies = sum(not ok for *_, ok in reader.reads)
         print(f"kill -> next barrier median {statistics.median(costs):.1f} s (min {min(costs):.1f}, max {max(costs):.1f}); "
               f"gap between barriers median {statistics.median(gaps):.1f} s (min {min(gaps):.1f}, max {max(gaps):.1f}); "
               f"barrier ids contiguous: {contiguous}; {len(reader.reads)} read-committed reads, {anomalies} anomalous, "
               f"{reader.failures} not served; {transfers.sent:,} transfers")
+        figures.add_median("kill -> next barrier median", costs, "s")
+        figures.add("gap between barriers median", statistics.median(gaps), "s", baseline=baseline_s,
+                    ratio=statistics.median(gaps) / baseline_s, samples=gaps)
+        for name, value, unit in (("barrier ids contiguous", contiguous, "bool"),
+                                  ("read-committed reads", len(reader.reads), "reads"), ("anomalous reads", anomalies, "reads"),
+                                  ("reads not served", reader.failures, "reads"), ("transfers", transfers.sent, "transfers")):
+            figures.add(name, value, unit)
+        figures.write()
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import time
 from decimal import Decimal
 from typing import Any
 
+from bench.results import Figures, add_json_flag
+
 DECIMAL = {"type": "bytes", "scale": 2, "precision": 10, "connect.name": "org.apache.kafka.connect.data.Decimal",
            "logicalType": "decimal"}
 VALUE = {"type": "record", "name": "Value", "fields": [
@@ -103,7 +105,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
+    add_json_flag(parser)
     args = parser.parse_args()
+    figures = Figures("formats", args)
 
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
@@ -152,6 +156,10 @@ def main() -> None:
         median = statistics.median(values)
         print(f"{name:<26}{median:>10.2f}{f'{min(values):.2f}-{max(values):.2f}':>16}"
               f"{args.records / median:>14,.0f}{median / base:>8.1f}x")
+        figures.add("decode s", median, "s", baseline=base, ratio=median / base, samples=values, format=name,
+                    records=args.records)
+        figures.add("decode records/s", args.records / median, "records/s", baseline=args.records / base,
+                    ratio=median / base, format=name, records=args.records)
     avro_median = statistics.median(times["debezium-avro-confluent"])
     cores = spark.sparkContext.defaultParallelism
     print(f"where the time of debezium-avro-confluent goes (per record, one core; Spark used {cores}):")
@@ -159,7 +167,14 @@ def main() -> None:
           f"(read_record {where['read_record'] * 1e6:.1f} µs in a plain Python loop); in Spark "
           f"{avro_median / args.records * cores * 1e6:.1f} µs per record per core, "
           "the rest is moving rows between the JVM and Python")
+    for name, seconds in (("fastavro decode", where["fastavro"]), ("column mapping", where["mapping"]),
+                          ("read_record", where["read_record"])):
+        figures.add(f"{name} µs per record", seconds * 1e6, "µs", format="debezium-avro-confluent", loop="plain Python",
+                    records=min(len(rows), 50_000))
+    figures.add("in Spark µs per record per core", avro_median / args.records * cores * 1e6, "µs",
+                format="debezium-avro-confluent", cores=cores, records=args.records)
     spark.stop()
+    figures.write()
 
 
 def python_costs(rows: list[tuple[bytes, bytes, bytes, bytes]]) -> dict[str, float]:

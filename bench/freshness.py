@@ -29,109 +29,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import re
 import shutil
 import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field, replace
+from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from coordinator.domain.delays import percentile
-from coordinator.domain.pacing import ready_at
-
-if TYPE_CHECKING:
-    from spark_jobs.demo.datagen import RecordMaker
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass(frozen=True)
-class Topology:
-    """A root table from ``topic``, two aggregates over it, and a read that joins them."""
-
-    name: str
-    topic: str
-    root: str
-    root_ddl: str
-    aggregates: dict[str, str]  # table -> query over the root table
-    read: str  # the reader's query; yields newest_ts per row and what ``anomalies`` checks
-    keys: int
-
-    @property
-    def read_tables(self) -> list[str]:
-        """The aggregates the reader's query joins (a snapshot of just those)."""
-        return [t for t in self.aggregates if re.search(rf"\b{t}\b", self.read)]
-
-    def pipeline(self) -> str:
-        create = [f"CREATE TABLE {self.root} ({self.root_ddl}) WITH ('source' = 'kafka:{self.topic}', 'format' = 'json');"]
-        return "\n".join(create + [f"CREATE TABLE {t} AS {q};" for t, q in self.aggregates.items()])
-
-
-SHOPPING = Topology(
-    "shopping", "shopping_source", "shopping", "user_id BIGINT, item_id BIGINT, amount BIGINT, price DOUBLE, ts BIGINT",
-    {"user_item_amount": "SELECT user_id, item_id, SUM(amount) AS total_amount, MAX(ts) AS newest_ts "
-                         "FROM shopping GROUP BY user_id, item_id",
-     "user_item_price": "SELECT user_id, item_id, SUM(price) AS total_price, MAX(ts) AS newest_ts "
-                        "FROM shopping GROUP BY user_id, item_id"},
-    "SELECT a.item_id, p.total_price / a.total_amount AS avg_price, GREATEST(a.newest_ts, p.newest_ts) AS newest_ts "
-    "FROM user_item_amount a JOIN user_item_price p ON a.user_id = p.user_id AND a.item_id = p.item_id",
-    keys=100 * 20)
-COUNTS = Topology(
-    "counts", "events_source", "events", "k BIGINT, v BIGINT, ts BIGINT",
-    {"totals": "SELECT k, SUM(v) AS total, COUNT(*) AS n, MAX(ts) AS newest_ts FROM events GROUP BY k",
-     "spans": "SELECT k, COUNT(*) AS n, MIN(v) AS lo, MAX(v) AS hi, MAX(ts) AS newest_ts FROM events GROUP BY k"},
-    "SELECT t.n AS n1, s.n AS n2, GREATEST(t.newest_ts, s.newest_ts) AS newest_ts "
-    "FROM totals t FULL OUTER JOIN spans s ON t.k = s.k",
-    keys=1000)
-TOPOLOGIES = {t.name: t for t in (SHOPPING, COUNTS)}
-
-
-def with_siblings(topology: Topology, siblings: int) -> Topology:
-    """``counts`` with ``siblings`` aggregates over its root (0: as it is, two): one reads
-    ``totals`` alone; more add aggregates the read does not join, whose jobs compete for the
-    same CPU and barriers (the cost of a topology that grows)."""
-    if not siblings or siblings == len(topology.aggregates):
-        return topology
-    if topology is not COUNTS:
-        raise SystemExit("--siblings applies to the counts topology")
-    if siblings == 1:
-        return replace(topology, aggregates={"totals": topology.aggregates["totals"]},
-                       read="SELECT n AS n1, n AS n2, newest_ts FROM totals")
-    extra = {f"extra_{i}": f"SELECT k, COUNT(*) AS n, SUM(v * {i + 2}) AS total, MAX(ts) AS newest_ts FROM events GROUP BY k"
-             for i in range(siblings - 2)}  # maintained as totals is (`lockstep explain`: incremental aggregate)
-    return replace(topology, aggregates={**topology.aggregates, **extra})
-
-
-def anomalies(topology: Topology, rows: list[Any]) -> int:
-    """Rows no consistent state could hold: an average price that is not the unit price
-    (shopping), or two counts of the same key that differ (counts)."""
-    if topology is SHOPPING:
-        from spark_jobs.demo.probes import wrong_prices
-
-        return wrong_prices(rows)
-    return sum(1 for r in rows if r["n1"] != r["n2"])
-
-
-def record_maker(topology: Topology) -> RecordMaker:
-    from spark_jobs.demo.datagen import purchases
-
-    if topology is SHOPPING:
-        return purchases(users=100, items=20)
-
-    def event(rng: random.Random, ts: int) -> tuple[str, dict[str, int | float]]:
-        k = rng.randrange(topology.keys)
-        return str(k), {"k": k, "v": rng.randrange(1000), "ts": ts}
-
-    return event
-
+from bench.freshness_report import job_costs, report
+from bench.results import Figures, add_json_flag
+from bench.stack import Pid, Processes, stack, wait_created, wait_tables
+from bench.topologies import TOPOLOGIES, Topology, anomalies, record_maker, with_siblings
 
 # -- child processes ---------------------------------------------------------------------------------
 
@@ -277,84 +187,6 @@ def child_read(topology: Topology, system: str, until: float, out: Path, nice: i
 # -- the run ----------------------------------------------------------------------------------------
 
 
-@dataclass
-class Processes:
-    """Child processes by role, for CPU accounting and clean-up."""
-
-    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    cpu_at_start: dict[str, float] = field(default_factory=dict)
-
-    def start(self, role: str, command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-        with open(log, "ab") as out:
-            child = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     start_new_session=True)
-        self.children[role] = child
-        return child
-
-    def cpu(self) -> dict[str, float]:
-        """CPU seconds (user + system) of each role's process tree so far."""
-        import psutil
-
-        out = {}
-        for role, child in self.children.items():
-            total = 0.0
-            try:
-                proc = psutil.Process(child.pid)
-                for p in [proc, *proc.children(recursive=True)]:
-                    try:
-                        t = p.cpu_times()
-                        total += t.user + t.system + t.children_user + t.children_system
-                    except psutil.Error:
-                        pass
-            except psutil.Error:
-                pass
-            out[role] = total
-        return out
-
-    def stop(self, role: str, timeout: float = 60) -> None:
-        child = self.children.get(role)
-        if child is None or child.poll() is not None:
-            return
-        os.killpg(child.pid, signal.SIGINT)
-        try:
-            child.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait(10)
-
-    def stop_all(self) -> None:
-        for role in reversed(list(self.children)):
-            self.stop(role)
-
-
-@contextmanager
-def stack(tmp: Path, system: str, barrier_interval_ms: int | None,
-          extra_env: dict[str, str] | None = None) -> Iterator[tuple[dict[str, str], Any]]:
-    """A broker on a free port and, for Lockstep, a coordinator worker; the environment to reach them."""
-    from bench.coordinator import start_broker
-    from coordinator.dev.broker import free_port
-    from coordinator.dev.worker import WorkerProcess
-
-    broker = start_broker(tmp)
-    env = {**os.environ, "LOCKSTEP_BOOTSTRAP": broker.bootstrap, "LOCKSTEP_HOME": str(tmp / "home"),
-           "LOCKSTEP_JARS": str(ROOT / ".lockstep" / "jars"), "LOCKSTEP_TOPIC_PREFIX": "bench",
-           "PYSPARK_PYTHON": sys.executable, "LOCKSTEP_SPARK_LOG_LEVEL": "ERROR"}
-    if barrier_interval_ms is not None:
-        env["LOCKSTEP_BARRIER_INTERVAL_MS"] = str(barrier_interval_ms)
-    env.update(extra_env or {})
-    worker = None
-    try:
-        if system == "lockstep":
-            port = free_port()
-            env["LOCKSTEP_COORDINATOR_URL"] = f"http://127.0.0.1:{port}"
-            worker = WorkerProcess(env, port, tmp / "worker.log").start()
-        yield env, (broker, worker)
-    finally:
-        if worker is not None:
-            worker.stop()
-        broker.down()
-
-
 def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dict[str, Any]:
     from coordinator.settings import Settings
     from spark_jobs.demo.datagen import ensure_topic
@@ -382,14 +214,14 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
             for job in jobs:
                 name = "jobs" if job is None else f"jobs:{job}"
                 procs.start(name, run + ([] if job is None else ["--job", job]), env, tmp / f"{name}.log")
-            ready = _wait_created(env, list(topology.aggregates), procs, tmp / f"{name}.log")
+            ready = wait_created(env, list(topology.aggregates), procs, tmp / f"{name}.log")
         else:
             jobs = [None] if args.plain_layout == "one" else [topology.root, *topology.aggregates]
             for job in jobs:
                 procs.start(f"jobs:{job or 'all'}", [*here, "child-plain", topology.name, *siblings,
                                                      *(["--only", job] if job else [])],
                             env, tmp / f"jobs-{job or 'all'}.log")
-            ready = _wait_tables(settings, [topology.root, *topology.aggregates], procs)
+            ready = wait_tables(settings, [topology.root, *topology.aggregates], procs)
         print(f"  {system}: jobs ready after {ready - started:.0f} s", flush=True)
         gen_start = time.time()
         procs.start("generator", [*here, "child-generate", topology.name, "--rate", str(args.rate)], env, tmp / "gen.log")
@@ -400,7 +232,7 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
                                "--every-s", str(1 / args.reads_per_s if args.reads_per_s else 0), *siblings,
                                "--engine", args.lockstep_reader],
                    env, tmp / "reader.log")
-        procs.children["broker"] = _Pid(broker.running_pid())  # type: ignore[assignment]
+        procs.children["broker"] = Pid(broker.running_pid())  # type: ignore[assignment]
         if worker is not None:
             procs.children["coordinator"] = worker.proc  # type: ignore[assignment]
         time.sleep(max(0.0, gen_start + args.warmup - time.time()))
@@ -418,155 +250,14 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
         procs.stop("generator")
         result["generated"] = (tmp / "gen.log").read_text().strip().splitlines()[-1:]
         if system == "lockstep":
-            result["jobs"] = _job_costs(settings, topology, gen_start + args.warmup, until, gen_start)
+            result["jobs"] = job_costs(settings, topology, gen_start + args.warmup, until, gen_start)
         procs.stop_all()
         return result
-
-
-class _Pid:
-    """A process the bench did not start as a child (the broker), for CPU accounting only."""
-
-    def __init__(self, pid: int | None) -> None:
-        self.pid = pid or -1
-
-    def poll(self) -> int | None:
-        return 0  # never stopped by the bench: the broker's own down() does that
-
-
-def _wait_created(env: dict[str, str], tables: list[str], procs: Processes, log: Path, timeout: float = 300) -> float:
-    """Until every table has an exact point (a CTAS table exists once its first barrier committed)."""
-    from coordinator.client.rest import get_json
-    from coordinator.settings import Settings
-
-    settings = Settings.from_env(env)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(c.poll() is not None for role, c in procs.children.items() if role.startswith("jobs")):
-            raise SystemExit(f"lockstep run exited:\n{log.read_text()[-3000:]}")
-        try:
-            if set(tables) <= set(get_json(settings, "/topology")["tables"]):
-                return time.time()
-        except Exception:  # noqa: BLE001 - not up yet
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"tables not created within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
-
-
-def _wait_tables(settings: Any, tables: list[str], procs: Processes, timeout: float = 300) -> float:
-    """Until every plain query has made its table (its first micro-batch committed)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(c.poll() is not None for role, c in procs.children.items() if role.startswith("jobs")):
-            raise SystemExit("a plain query process exited; run with --keep and read its log")
-        if all((Path(settings.table_location(t)) / "_delta_log" / f"{0:020d}.json").exists() for t in tables):
-            return time.time()
-        time.sleep(0.5)
-    raise SystemExit(f"plain tables not created within {timeout:.0f} s")
 
 
 def _reads(path: Path, after: float) -> list[dict[str, Any]]:
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [r for r in lines if r["t"] >= after and "error" not in r]
-
-
-SLICE_S = 30  # the timeline's step
-
-
-def _job_costs(settings: Any, topology: Topology, start: float, end: float, load_start: float) -> dict[str, Any]:
-    """Per job, over the barriers announced in the measured window: how long each one waited
-    for its inputs, took, and (where the job reports it) where that time went; and its E2E p50
-    in each ``SLICE_S`` since the load began (the warm-up too), to see how long a start lasts."""
-    from coordinator.client.state import read_state
-
-    state = read_state(settings)
-    window = {b: a for b, a in state.barriers.items() if start * 1000 <= a.ts_ms <= end * 1000}
-    out: dict[str, Any] = {"barriers": len(window)}
-    if len(window) > 1:
-        ts = sorted(a.ts_ms for a in window.values())
-        out["interval_ms"] = statistics.median(b - a for a, b in zip(ts, ts[1:], strict=False))
-    for job in sorted(state.jobs.values(), key=lambda j: (bool(j.sources), j.job_id)):
-        done = state.completions.get(job.sink, {})
-        rows: dict[str, list[float]] = {}
-        for b in sorted(window):
-            c = done.get(b)
-            if c is None or not c.started_at_ms:
-                continue
-            ready = ready_at(state, job, b)
-            if ready is None:
-                continue
-            rows.setdefault("wait", []).append(c.started_at_ms - ready)
-            rows.setdefault("process", []).append(c.committed_at_ms - c.started_at_ms)
-            rows.setdefault("e2e", []).append(c.committed_at_ms - window[b].ts_ms)
-            rows.setdefault("rows_in", []).append(c.rows_in)
-            for phase in getattr(c, "phases", ()):
-                rows.setdefault(phase.name, []).append(phase.ms)
-        out[job.job_id] = {k: (statistics.median(v), percentile(v, 0.9)) for k, v in rows.items()}
-        out[job.job_id]["committed"] = len(rows.get("process", []))
-        slices: list[list[float]] = [[] for _ in range(int((end - load_start) // SLICE_S) + 1)]
-        for b, announced in state.barriers.items():
-            if (c := done.get(b)) is not None and load_start * 1000 <= announced.ts_ms <= end * 1000:
-                slices[int((announced.ts_ms / 1000 - load_start) // SLICE_S)].append(c.committed_at_ms - announced.ts_ms)
-        out[job.job_id]["timeline"] = [statistics.median(s) / 1000 if s else None for s in slices]
-    return out
-
-
-def _quarters(reads: list[dict[str, Any]]) -> list[list[float]]:
-    """Staleness (s) of the reads in each quarter of the window: a growing p50 means falling behind."""
-    if not reads:
-        return []
-    start, span = reads[0]["t"], max(1e-9, reads[-1]["t"] - reads[0]["t"])
-    out: list[list[float]] = [[], [], [], []]
-    for r in reads:
-        if r["staleness_ms"] is not None:
-            out[min(3, int(4 * (r["t"] - start) / span))].append(r["staleness_ms"] / 1000)
-    return out
-
-
-def report(topology: Topology, results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
-    reader = "reader caches by versions" if args.reader_cache else "every read runs the query"
-    reader += f", {args.reads_per_s:g} read(s)/s at most" if args.reads_per_s else ", back to back"
-    if args.siblings:
-        reader += f"; {len(topology.aggregates)} aggregate(s) over the root"
-    print(f"\n== {topology.name}: {args.rate:,} records/s, {args.seconds:.0f} s measured after {args.warmup:.0f} s warm-up; "
-          f"{reader}")
-    rows = []
-    summary: dict[str, dict[str, float | None]] = {}
-    for system, res in results.items():
-        reads = res["reads"]
-        stale = [r["staleness_ms"] / 1000 for r in reads if r["staleness_ms"] is not None]
-        summary[system] = {"p50": percentile(stale, 0.5), "p90": percentile(stale, 0.9), "p99": percentile(stale, 0.99),
-                           "max": max(stale, default=None)}
-        quarters = _quarters(reads)
-        bad = [r for r in reads if r["anomalies"]]
-        rows.append((system, len(reads), len(reads) / args.seconds, summary[system], len(bad), sum(r["anomalies"] for r in bad),
-                     [percentile(q, 0.5) for q in quarters], statistics.median([r["read_ms"] for r in reads]) if reads else None))
-    print(f"{'system':10s} {'reads':>6s} {'reads/s':>7s} {'stale p50':>9s} {'p90':>6s} {'p99':>6s} {'max':>6s} "
-          f"{'anomalous reads (rows)':>23s}  {'p50 per quarter':24s} {'read p50':>8s}")
-    for system, n, rate, s, bad, bad_rows, quarters, read_ms in rows:
-        fmt = lambda v: "-" if v is None else f"{v:6.2f}"  # noqa: E731
-        print(f"{system:10s} {n:6d} {rate:7.2f} {fmt(s['p50']):>9s} {fmt(s['p90'])} {fmt(s['p99'])} {fmt(s['max'])} "
-              f"{f'{bad} ({bad_rows})':>23s}  {' '.join(fmt(q) for q in quarters):24s} {read_ms or 0:6.0f}ms")
-    if "lockstep" in summary and "plain" in summary and summary["plain"]["p50"]:
-        ls, pl = summary["lockstep"], summary["plain"]
-        print("ratio lockstep / plain staleness: " + ", ".join(
-            f"{k} {ls[k] / pl[k]:.2f}" for k in ("p50", "p90", "p99") if ls[k] is not None and pl[k]))
-    for system, res in results.items():
-        print(f"{system} CPU (cores busy): " + ", ".join(f"{r} {c:.2f}" for r, c in sorted(res["cpu"].items())) +
-              f"; total {sum(res['cpu'].values()):.2f}; generator: {' '.join(res['generated'])}")
-    jobs = results.get("lockstep", {}).get("jobs")
-    if jobs:
-        print(f"lockstep barriers in the window: {jobs['barriers']}, interval p50 {jobs.get('interval_ms', 0):.0f} ms")
-        print("per barrier, p50 / p90 in ms (wait: inputs ready -> job starts; process: start -> committed; "
-              "e2e: announced -> committed):")
-        for job, costs in jobs.items():
-            if not isinstance(costs, dict):
-                continue
-            parts = ", ".join(f"{k} {v[0]:.0f}/{v[1]:.0f}" for k, v in costs.items() if k not in ("committed", "timeline"))
-            print(f"  {job:24s} {costs['committed']:4d} barriers: {parts}")
-        print(f"e2e p50 in s per {SLICE_S} s since the load began (the warm-up first):")
-        for job, costs in jobs.items():
-            if isinstance(costs, dict):
-                print(f"  {job:24s} " + " ".join("-" if v is None else f"{v:.1f}" for v in costs["timeline"]))
 
 
 def main() -> None:
@@ -614,6 +305,7 @@ def main() -> None:
                         help="counts only: this many aggregates over the root (1, 3, 10 ...; default 2, as defined)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (logs, tables) for a look")
     parser.add_argument("--run-arg", dest="run_args", action="append", default=[], help="extra `lockstep run` argument")
+    add_json_flag(parser)
     args = parser.parse_args()
     if args.command == "child-generate":
         return child_generate(TOPOLOGIES[args.topology], args.rate)
@@ -625,12 +317,17 @@ def main() -> None:
     topologies = list(TOPOLOGIES.values()) if args.topology == "all" else [TOPOLOGIES[args.topology]]
     topologies = [with_siblings(t, args.siblings) for t in topologies]
     systems = ["lockstep", "plain"] if args.system == "both" else [args.system]
-    for topology in topologies:
-        results = {}
-        for system in systems:
-            print(f"{topology.name}: running {system} ...", flush=True)
-            results[system] = run_system(topology, system, args)
-        report(topology, results, args)
+    figures = Figures("freshness", args)
+    try:
+        for topology in topologies:
+            results = {}
+            for system in systems:
+                print(f"{topology.name}: running {system} ...", flush=True)
+                results[system] = run_system(topology, system, args)
+            report(topology, results, args, figures)
+    finally:  # a topology that failed after one was reported: keep that one's figures
+        if figures.figures:
+            figures.write()
 
 
 if __name__ == "__main__":

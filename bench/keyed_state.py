@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.nexmark import PIPELINE, events
-from bench.spark_jobs import JARS
+from bench.results import Figures, add_json_flag
+from bench.stack import JARS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -136,14 +137,18 @@ def main() -> None:
                         help="live: one running query; once: an availableNow query per barrier (default live)")
     parser.add_argument("--staging", choices=["parquet", "delta"], default="parquet",
                         help="how a barrier's new rows reach the query (default parquet)")
+    add_json_flag(parser)
     args = parser.parse_args()
     if args.events % 50 or args.per_barrier % 50 or args.per_barrier <= 0:
         parser.error("--events and --per-barrier must be multiples of 50 (Nexmark's mix), --per-barrier above 0")
+    figures = Figures("keyed_state", args)
     with tempfile.TemporaryDirectory() as tmp:
-        run(Path(tmp), args.events, args.per_barrier, args.rounds, args.query, args.trigger, args.staging)
+        run(Path(tmp), args.events, args.per_barrier, args.rounds, args.query, args.trigger, args.staging, figures)
+    figures.write()
 
 
-def run(home: Path, initial: int, per_barrier: int, rounds: int, name: str, trigger: str, staging: str) -> None:
+def run(home: Path, initial: int, per_barrier: int, rounds: int, name: str, trigger: str, staging: str,
+        figures: Figures) -> None:
     from coordinator.settings import Settings
     from spark_jobs.runtime.maintenance.keyed import ROCKSDB
     from spark_jobs.runtime.session import build_session
@@ -185,10 +190,14 @@ def run(home: Path, initial: int, per_barrier: int, rounds: int, name: str, trig
     keyed = KeyedQuery(spark, name, home, trigger, staging)
     t0 = time.perf_counter()
     progress = keyed.barrier()
-    print(f"bootstrap (all rows into the state, the first result): {time.perf_counter() - t0:.1f}s, "
+    bootstrap = time.perf_counter() - t0
+    print(f"bootstrap (all rows into the state, the first result): {bootstrap:.1f}s, "
           f"state rows {_state(progress)[0]:,}")
+    context = {"query": name, "events": initial, "per_barrier": per_barrier, "trigger": trigger, "staging": staging}
+    figures.add("bootstrap", bootstrap, "s", state_rows=_state(progress)[0], **context)
     full_refresh()  # warm-up
     times: dict[str, list[float]] = {"staging": [], "keyed": [], "full refresh": []}
+    spans: dict[str, list[float]] = {}  # the keyed batch's phases (ms) at each barrier
     for b in range(2, rounds + 2):
         times["staging"].append(append(b, initial + (b - 2) * per_barrier, per_barrier))
         t0 = time.perf_counter()
@@ -196,15 +205,26 @@ def run(home: Path, initial: int, per_barrier: int, rounds: int, name: str, trig
         times["keyed"].append(time.perf_counter() - t0)
         times["full refresh"].append(full_refresh())
         rows, commit_ms = _state(progress)
+        for phase, ms in {**(progress.get("durationMs") or {}), "sink write": keyed.write_s * 1000,
+                          "state commit": commit_ms}.items():
+            spans.setdefault(phase, []).append(ms)
         print(f"barrier {b}: keyed {times['keyed'][-1]:.2f}s ({_phases(progress)}; sink write {keyed.write_s * 1000:.0f} ms;"
               f" state {rows:,} rows, commit {commit_ms} ms), staging {times['staging'][-1]:.2f}s,"
               f" full refresh {times['full refresh'][-1]:.2f}s", flush=True)
     keyed.stop()
     inc = statistics.median(times["keyed"]) + statistics.median(times["staging"])
     full = statistics.median(times["full refresh"])
+    state_mb = _size_mb(keyed.checkpoint)
     print(f"\n{name} at {initial:,} events, trigger {trigger}, staging {staging}: keyed {_spread(times['keyed'])} + staging "
           f"{_spread(times['staging'])}; full refresh {_spread(times['full refresh'])}; full / (keyed + staging) "
-          f"{full / inc:.1f}x; state on disk {_size_mb(keyed.checkpoint):.1f} MB")
+          f"{full / inc:.1f}x; state on disk {state_mb:.1f} MB")
+    for what in times:
+        figures.add_median(f"{what} per barrier", times[what], "s", **context)
+    figures.add("keyed + staging per barrier", inc, "s", baseline=full, **context)
+    figures.add("state on disk", state_mb, "MB", **context)
+    for phase, ms in spans.items():
+        if phase != "triggerExecution":
+            figures.add_median(f"keyed {phase}", ms, "ms", **context)
     spark.stop()
 
 

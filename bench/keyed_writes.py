@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench.results import Figures, add_json_flag
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -68,6 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=int, default=3_000_000, help="rows of the table (default 3,000,000)")
     parser.add_argument("--rounds", type=int, default=6, help="writes per way; the first is a warm-up (default 6)")
+    add_json_flag(parser)
     args = parser.parse_args()
     if args.groups < 1000 or args.rounds < 2:
         parser.error("--groups must be at least 1000 and --rounds at least 2")
@@ -78,6 +81,7 @@ def main() -> None:
 
     spark = build_session("bench-keyed-writes", conf={
         "spark.driver.memory": "6g", "spark.sql.parquet.pushdown.inFilterThreshold": "100000"})  # (an IN list reaches Parquet)
+    figures = Figures("keyed_writes", args)
     times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as home:
         for way in WAYS:
@@ -99,12 +103,20 @@ def main() -> None:
             where = f"; last MERGE: scan {metrics['scanTimeMs']} ms, rewrite {metrics['rewriteTimeMs']} ms, " \
                     f"files removed {metrics['numTargetFilesRemoved']}" if "scanTimeMs" in metrics else ""
             print(f"{way}: {count} groups a round, writes {', '.join(f'{t:.2f}' for t in times[way])} s{where}", flush=True)
+            if where:
+                for what, key, unit in (("scan", "scanTimeMs", "ms"), ("rewrite", "rewriteTimeMs", "ms"),
+                                        ("files removed", "numTargetFilesRemoved", "files")):
+                    figures.add(f"last MERGE {what}", float(metrics[key]), unit, way=way, groups=args.groups,
+                                changed_groups=count)
     spark.stop()
     base = statistics.median(times["rewrite"][1:])
     print(f"\n{args.groups:,} groups, median of {args.rounds - 1} writes after a warm-up:")
     for way, spent in times.items():
         print(f"  {way:<48} {statistics.median(spent[1:]):6.2f} s ({min(spent[1:]):.2f}-{max(spent[1:]):.2f})"
               f"  {statistics.median(spent[1:]) / base:4.2f}x the rewrite")
+        figures.add(way, statistics.median(spent[1:]), "s", baseline=base, ratio=statistics.median(spent[1:]) / base,
+                    samples=spent[1:], groups=args.groups)
+    figures.write()
 
 
 if __name__ == "__main__":

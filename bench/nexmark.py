@@ -25,7 +25,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.spark_jobs import local_stack, phases, way
+from bench.results import Figures, add_json_flag
+from bench.spark_jobs import phases, way
+from bench.stack import local_stack
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -113,6 +115,7 @@ def main() -> None:
     parser.add_argument("--queries", default=QUERIES, help=f"queries of pipelines/nexmark.sql to run (default: {QUERIES})")
     parser.add_argument("--compact-after", type=int, metavar="N",
                         help="a changelog table's appends between two compactions (default: the job's, 100)")
+    add_json_flag(parser)
     args = parser.parse_args()
     if args.compact_after is not None:
         if args.compact_after < 1:
@@ -121,10 +124,12 @@ def main() -> None:
         costs.COMPACT_APPENDS = args.compact_after
     if args.events % 50 or args.per_barrier % 50 or args.per_barrier <= 0:
         parser.error("--events and --per-barrier must be multiples of 50 (Nexmark's mix), --per-barrier above 0")
-    run(args.events, args.per_barrier, args.rounds, args.queries.split(","))
+    figures = Figures("nexmark", args)
+    run(args.events, args.per_barrier, args.rounds, args.queries.split(","), figures)
+    figures.write()
 
 
-def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
+def run(initial: int, per_barrier: int, rounds: int, names: list[str], figures: Figures) -> None:
     from coordinator.domain.work import BarrierWork
     from spark_jobs.planning.pipeline import parse_pipeline
     from spark_jobs.planning.plan import Plan, PlanKind
@@ -183,8 +188,11 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
             return time.perf_counter() - t0
 
         for key in jobs:  # a keyed table builds its state here: its bootstrap
-            print(f"barrier 1 {key[0]:>4} {key[1]:<12} {process(key, 1):6.2f}s (the first: made from all the events)")
+            first = process(key, 1)
+            print(f"barrier 1 {key[0]:>4} {key[1]:<12} {first:6.2f}s (the first: made from all the events)")
+            figures.add("first barrier", first, "s", table=key[0], how=key[1], events=initial)
         spent: dict[tuple[str, str], float] = {}
+        spans: dict[tuple[str, str, str], list[float]] = {}  # (table, how, phase): its ms at each barrier
         times: dict[tuple[str, str], list[float]] = {(n, h): [] for n in names for h in suffix}
         recomputed = dict.fromkeys(names, 0)  # barriers where the incremental job chose to recompute
         for b in range(2, rounds + 2):
@@ -192,6 +200,8 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
             for key, job in jobs.items():
                 spent[key] = process(key, b)
                 print(f"barrier {b} {key[0]:>4} {key[1]:<12} {spent[key]:6.2f}s ({phases(job)}{way(job)})")
+                for phase in job.watch.phases():
+                    spans.setdefault((*key, phase.name), []).append(phase.ms)
             for name, how in times:  # a query's time: kept, its table's and the tables it reads'; else its one query's
                 times[(name, how)].append(sum(spent[(t, how)] for t in chains[name]) if how == "incremental"
                                           else spent[(name, how)])
@@ -199,18 +209,26 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
         print(f"\n{'query':<6} {'incremental':>12} {'full refresh':>13} {'full/inc':>9} {'events/s kept up':>17}")
         for name in names:
             full = statistics.median(times[(name, "full refresh")])
+            context = {"query": name, "events": initial, "per_barrier": per_barrier}
+            figures.add_median("full refresh per barrier", times[(name, "full refresh")], "s", **context)
             if not any(plans[t].incremental for t in chains[name]):  # (else the tables it reads are kept)
                 print(f"{name:<6} {'-':>12} {full:12.2f}s {'-':>9} {per_barrier / full:17,.0f}  (full refresh only)")
+                figures.add("events/s kept up", per_barrier / full, "events/s", how="full refresh", **context)
                 continue
             inc = statistics.median(times[(name, "incremental")])
+            figures.add_median("incremental per barrier", times[(name, "incremental")], "s", baseline=full,
+                               recomputed=recomputed[name], **context)
+            figures.add("events/s kept up", per_barrier / inc, "events/s", how="incremental", **context)
             how = "its table compacted" if plans[name].changelog else \
                 "its table rewritten, not MERGEd," if plans[name].keyed else "recomputed"
             chose = f"  ({how} at {recomputed[name]} of {rounds}{'' if plans[name].changelog else ': cheaper'})" \
                 if recomputed[name] else ""
             print(f"{name:<6} {inc:11.2f}s {full:12.2f}s {full / inc:8.1f}x {per_barrier / inc:17,.0f}{chose}")
+        for (table, how, phase), ms in spans.items():
+            figures.add_median(f"{phase} per barrier", ms, "ms", table=table, how=how, events=initial)
         for name in names:
             if plans[name].changelog:
-                read_costs(name, {how: (jobs[(name, how)].sink.path, made[how][name]) for how in suffix})
+                read_costs(name, {how: (jobs[(name, how)].sink.path, made[how][name]) for how in suffix}, figures)
         keyed = {key: job for key, job in jobs.items() if job.keyed is not None}
         if keyed:  # a restart: the query stopped, the next barrier starts it again on its checkpoint
             append(rounds + 2, initial + rounds * per_barrier, per_barrier)
@@ -218,12 +236,16 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str]) -> None:
             assert job.keyed is not None
             size = sum(f.size for f in job.keyed.storage.files(job.keyed.home))
             print(f"{key[0]}: its keyed state holds {size / 1e6:,.1f} MB on disk ({job.keyed.home})")
+            figures.add("keyed state on disk", size / 1e6, "MB", table=key[0], events=initial)
             job.keyed.close()
-            print(f"{key[0]}: the first barrier after a restart took {process(key, rounds + 2):.2f}s ({phases(job)})")
+            restart = process(key, rounds + 2)
+            print(f"{key[0]}: the first barrier after a restart took {restart:.2f}s ({phases(job)})")
+            figures.add("first barrier after a restart", restart, "s", table=key[0], events=initial,
+                        phases_ms={p.name: p.ms for p in job.watch.phases()})
         spark.stop()
 
 
-def read_costs(name: str, tables: dict[str, tuple[str, int]], reads: int = 5) -> None:
+def read_costs(name: str, tables: dict[str, tuple[str, int]], figures: Figures, reads: int = 5) -> None:
     """Time reads without Spark (``lockstep_reads``: delta-rs and DataFusion) of a changelog
     table (each key's newest row found at read time) against the same rows in place (the full
     refresh's table): a scan, and the rows of one auction. Median of ``reads`` each."""
@@ -248,6 +270,9 @@ def read_costs(name: str, tables: dict[str, tuple[str, int]], reads: int = 5) ->
         same = "the same rows" if len(answers) == 1 else "DIFFERENT ROWS"
         print(f"{name}: a read without Spark ({what}): changelog {changelog * 1000:.0f} ms, in place (the full "
               f"refresh's table) {in_place * 1000:.0f} ms, {changelog / in_place:.1f}x; {same}")
+        figures.add(f"read without Spark ({what})", changelog * 1000, "ms", baseline=in_place * 1000,
+                    ratio=changelog / in_place, samples=[t * 1000 for t in took["incremental"]], query=name,
+                    same_rows=len(answers) == 1)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ from typing import Any
 
 import psutil
 
-from bench.freshness import ROOT, Processes, _wait_created, stack
+from bench.results import Figures, add_json_flag
+from bench.stack import ROOT, Processes, stack, wait_created
 from coordinator.domain.delays import percentile
 from spark_jobs.demo.probes import FLIP_JOIN, TABLES, wrong_prices
 
@@ -126,9 +127,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of reads, the paths alternating (default 3)")
     parser.add_argument("--reads", type=int, default=50, help="reads per path per round (default 50)")
     parser.add_argument("--warmup", type=float, default=30, help="seconds of load before reading (default 30)")
+    add_json_flag(parser)
     args = parser.parse_args()
+    figures = Figures("reads", args)
 
-    from bench.freshness import SHOPPING
+    from bench.topologies import SHOPPING
     from coordinator.settings import Settings
     from spark_jobs.demo.datagen import ensure_topic
 
@@ -142,7 +145,7 @@ def main() -> None:
         cleanup.callback(procs.stop_all)
         procs.start("jobs", [sys.executable, "-m", "lockstep", "run", str(ROOT / "pipelines" / "shopping.sql")], env,
                     tmp / "jobs.log")
-        _wait_created(env, list(TABLES), procs, tmp / "jobs.log")
+        wait_created(env, list(TABLES), procs, tmp / "jobs.log")
         if args.rate:
             procs.start("generator", [sys.executable, "-m", "bench.freshness", "child-generate", SHOPPING.name,
                                       "--rate", str(args.rate)], env, tmp / "gen.log")
@@ -161,11 +164,12 @@ def main() -> None:
                 cpus[path] += [c for _, c in timed]
             print(f"round {number + 1}: " + ", ".join(f"{p} p50 {statistics.median(walls[p][-1]) * 1000:.1f} ms"
                                                       for p in PATHS), flush=True)
-        report(walls, cpus, readers.phases, readers.anomalies, args)
+        report(walls, cpus, readers.phases, readers.anomalies, args, figures)
+        figures.write()
 
 
 def report(walls: dict[str, list[list[float]]], cpus: dict[str, list[float]], phases: dict[str, list[float]],
-           anomalies: int, args: argparse.Namespace) -> None:
+           anomalies: int, args: argparse.Namespace, figures: Figures) -> None:
     spark_p50 = statistics.median([statistics.median(r) for r in walls["spark"]])
     print(f"\nFLIP-276's join at read-committed, {args.rounds} rounds x {args.reads} reads per path, "
           f"{args.rate:,} purchases/s into the pipeline meanwhile:")
@@ -176,9 +180,16 @@ def report(walls: dict[str, list[list[float]]], cpus: dict[str, list[float]], ph
         p50 = statistics.median(medians)
         print(f"{path:<7} {p50:8.1f} {f'{min(medians):.1f}-{max(medians):.1f}':>15} {percentile(every, 0.9):8.1f} "
               f"{max(every):8.1f} {spark_p50 * 1000 / p50:8.1f}x {statistics.median(cpus[path]) * 1000:12.1f}")
+        figures.add_median("read p50", medians, "ms", baseline=spark_p50 * 1000, path=path, rate=args.rate)
+        figures.add("read p90", percentile(every, 0.9) or 0.0, "ms", path=path, rate=args.rate)
+        figures.add("read max", max(every), "ms", path=path, rate=args.rate)
+        figures.add_median("CPU per read", [c * 1000 for c in cpus[path]], "ms", path=path, rate=args.rate)
     print("light path, where a read's time goes (p50 ms): "
           + ", ".join(f"{phase} {statistics.median(s) * 1000:.1f}" for phase, s in phases.items()))
+    for phase, s in phases.items():
+        figures.add_median(f"light read {phase}", [t * 1000 for t in s], "ms", rate=args.rate)
     print(f"reads that saw an anomaly: {anomalies} (any is a bug)")
+    figures.add("reads that saw an anomaly", anomalies, "reads", rate=args.rate)
 
 
 if __name__ == "__main__":

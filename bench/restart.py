@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.freshness import stack
+from bench.results import Figures, add_json_flag
+from bench.stack import stack
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = """
@@ -186,10 +187,12 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=200, help="records/s fed while the jobs run and restart")
     parser.add_argument("--linger", type=float, default=5.0, help="seconds to keep running after the first commits")
     parser.add_argument("--plain-job", nargs=3, metavar=("BOOTSTRAP", "WAREHOUSE", "CHECKPOINT"), help=argparse.SUPPRESS)
+    add_json_flag(parser)
     args = parser.parse_args()
     if args.plain_job:
         plain_job(*args.plain_job)
         return
+    figures = Figures("restart", args)
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from coordinator.client.topics import create_topics
@@ -224,12 +227,27 @@ def main() -> None:
         print(f"  {job + ' setup (its tables)':33}{spread([r['setup'][job] for r in ls if job in r['setup']]):24} -")
     ratio = statistics.median(r["events"] for r in ls) / statistics.median(r["events"] for r in pl)
     print(f"  ratio lockstep / plain (events)  {ratio:.2f}")
+    sessions = [r["session"] for r in ls if r["session"]]
+    plain_sessions = [r["session"] for r in pl if r["session"]]
+    if sessions:
+        base = statistics.median(plain_sessions) if plain_sessions else None
+        figures.add("Spark session up", statistics.median(sessions), "s", baseline=base,
+                    ratio=statistics.median(sessions) / base if base else None, samples=sessions)
+    figures.add("first commit of events", statistics.median(r["events"] for r in ls), "s",
+                baseline=statistics.median(r["events"] for r in pl), ratio=ratio, samples=[r["events"] for r in ls])
+    figures.add_median("first commit of per_key", [r["per_key"] for r in ls], "s")
+    for job in sorted({j for r in ls for j in r["setup"]}):
+        figures.add_median(f"{job} setup (its tables)", [r["setup"][job] for r in ls if job in r["setup"]], "s")
     for table in TABLES:
         phases = sorted({p for r in ls for p in r["phases"].get(table, {})})
         first = {p: statistics.median(r["phases"][table].get(p, 0) for r in ls if table in r["phases"]) for p in phases}
         steady = {p: statistics.median(r["steady"][table].get(p, 0) for r in ls if table in r["steady"]) or 0 for p in phases}
         print(f"  {table} first commit after a restart, ms by phase (a steady commit's in brackets): "
               + ", ".join(f"{p} {first[p]:.0f} ({steady[p]:.0f})" for p in phases))
+        for p in phases:
+            figures.add(f"first commit after a restart: {p}", first[p], "ms", table=table)
+            figures.add(f"steady commit: {p}", steady[p], "ms", table=table)
+    figures.write()
 
 
 if __name__ == "__main__":

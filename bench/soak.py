@@ -36,7 +36,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.freshness import SHOPPING, Processes, _wait_created, stack
+from bench.results import Figures, add_json_flag
+from bench.stack import Processes, stack, wait_created
+from bench.topologies import SHOPPING
 
 
 def sample(env: dict[str, str], worker: Any, reads: Path, since: float) -> dict[str, float]:
@@ -147,7 +149,9 @@ def main() -> None:
     parser.add_argument("--synthetic-jobs", action="store_true",
                         help="no Spark: commit every barrier at once for the registered jobs (the coordinator alone)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (logs, tables)")
+    add_json_flag(parser)
     args = parser.parse_args()
+    figures = Figures("soak", args)
     py = sys.executable
     with ExitStack() as cleanup:
         tmp = Path(tempfile.mkdtemp(prefix="soak-"))
@@ -175,7 +179,7 @@ def main() -> None:
             pipeline = tmp / "shopping.sql"
             pipeline.write_text(SHOPPING.pipeline())
             procs.start("jobs", [py, "-m", "lockstep", "run", str(pipeline)], env, tmp / "jobs.log")
-            _wait_created(env, list(SHOPPING.aggregates), procs, tmp / "jobs.log")
+            wait_created(env, list(SHOPPING.aggregates), procs, tmp / "jobs.log")
             started = time.time()
             end = started + args.minutes * 60
             procs.start("generator", [py, "-m", "bench.freshness", "child-generate", "shopping", "--rate", str(args.rate)],
@@ -199,6 +203,10 @@ def main() -> None:
                 continue  # files and reads: no Spark ran
             ratio = f"{last[key] / base[key]:.2f}" if base[key] else "-"
             print(f"{key:28}{base[key]:16,.2f}{last[key]:14,.2f}{ratio:>16}")
+            unit = key.partition(" (")[2].removesuffix(")") or "count"
+            figures.add(key, last[key], unit, baseline=base[key], ratio=last[key] / base[key] if base[key] else None,
+                        jobs="synthetic" if args.synthetic_jobs else "spark")
+        figures.write()
 
 
 if __name__ == "__main__":

@@ -36,17 +36,14 @@ Usage: python -m bench.spark_jobs {ingest,ivm,changes,reads,commits,python} [--r
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import statistics
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.coordinator import start_broker
+from bench.delta_io import bench_changes, bench_commits, bench_reads, print_medians
+from bench.results import Figures, add_json_flag
+from bench.stack import local_stack
 from coordinator.settings import Settings
 
 if TYPE_CHECKING:
@@ -55,7 +52,6 @@ if TYPE_CHECKING:
     from spark_jobs.runtime.ivm import TableMaintainer
 
 INGEST_DDL = "id BIGINT, v BIGINT, name STRING"
-JARS = Path(__file__).resolve().parents[1] / ".lockstep" / "jars"
 FILE_ROWS = 250_000  # ivm: rows per source file (a stream's barriers write files of this order)
 # ivm's queries over src(k, g, v) (100 rows per group g, v = k % 1000), dim_g(g, label) (100
 # labels) and dim_v(v, name)
@@ -69,22 +65,6 @@ IVM_QUERIES = {
     "star_aggregate": "SELECT d.label, COUNT(*) AS n, SUM(s.v) AS total FROM src s JOIN dim_g d ON s.g = d.g "
                       "JOIN dim_v e ON s.v = e.v GROUP BY d.label",
 }
-
-
-@contextmanager
-def local_stack() -> Iterator[Settings]:
-    """A temporary home with its own local broker and the coordinator's topics; torn down after."""
-    from coordinator.client.topics import Topics, ensure_topics
-
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = start_broker(Path(tmp))
-        try:
-            settings = Settings(bootstrap=broker.bootstrap, warehouse=str(Path(tmp) / "wh"), home=Path(tmp), topic_prefix="bench",
-                                jars=JARS)
-            ensure_topics(settings, Topics("bench"))
-            yield settings
-        finally:
-            broker.down()
 
 
 def produce(bootstrap: str, topic: str, records: int, keys: int) -> dict[int, int]:
@@ -155,7 +135,7 @@ def lockstep_ingest(spark: SparkSession, settings: Settings, topic: str, ends: d
         job.process(BarrierWork(b, 0, 0, offsets=offsets))
 
 
-def bench_ingest(records: int, batches: int, repeat: int) -> None:
+def bench_ingest(records: int, batches: int, repeat: int, figures: Figures) -> None:
     from spark_jobs.runtime.session import build_session
 
     with local_stack() as settings:
@@ -183,11 +163,14 @@ def bench_ingest(records: int, batches: int, repeat: int) -> None:
         print(f"plain    : {records / best_plain:10,.0f} records/s (best of {repeat})")
         print(f"lockstep : {records / best_ours:10,.0f} records/s (best of {repeat})")
         print(f"ratio lockstep / plain throughput: {best_plain / best_ours:.2f}")
+        figures.add("plain throughput", records / best_plain, "records/s", which="ingest", best_of=repeat)
+        figures.add("lockstep throughput", records / best_ours, "records/s", baseline=records / best_plain,
+                    ratio=best_plain / best_ours, which="ingest", best_of=repeat)
         spark.stop()
 
 
 def bench_ivm(sizes: list[int], changed: float, rounds: int, which: str, rewrite_limit_mb: int | None,
-              spread: bool) -> None:
+              spread: bool, figures: Figures) -> None:
     from spark_jobs.runtime.session import build_session
 
     medians: dict[int, dict[str, float]] = {}
@@ -196,7 +179,7 @@ def bench_ivm(sizes: list[int], changed: float, rounds: int, which: str, rewrite
         for rows in sizes:
             print(f"--- {rows:,} source rows")
             medians[rows] = ivm_at(spark, settings, rows, int(rows * changed) if changed < 1 else int(changed),
-                                   rounds, which, rewrite_limit_mb, spread)
+                                   rounds, which, rewrite_limit_mb, spread, figures)
         spark.stop()
     print(f"{'source rows':>12} {'incremental':>12} {'full refresh':>13} {'full / incr':>12}")
     for rows, m in medians.items():
@@ -206,10 +189,12 @@ def bench_ivm(sizes: list[int], changed: float, rounds: int, which: str, rewrite
         first, last = medians[sizes[0]], medians[sizes[-1]]
         print(f"incremental at {sizes[-1]:,} rows / at {sizes[0]:,}: {last['incremental'] / first['incremental']:.2f}x; "
               f"full refresh: {last['full refresh'] / first['full refresh']:.2f}x")
+        for how in first:
+            figures.add(f"{how} at {sizes[-1]:,} rows / at {sizes[0]:,}", last[how] / first[how], "x", which="ivm", query=which)
 
 
 def ivm_at(spark: SparkSession, settings: Settings, rows: int, n_changed: int, rounds: int, which: str,
-           rewrite_limit_mb: int | None, spread: bool) -> dict[str, float]:
+           rewrite_limit_mb: int | None, spread: bool, figures: Figures) -> dict[str, float]:
     """One size: the source and its dimensions written, both jobs' first barrier and one more
     to warm up, then ``rounds`` barriers of ``n_changed`` updated rows; the median seconds per
     barrier of each."""
@@ -290,10 +275,13 @@ def ivm_at(spark: SparkSession, settings: Settings, rows: int, n_changed: int, r
           f"(spread {min(times['incremental']):.2f}-{max(times['incremental']):.2f}s, "
           f"{min(times['full refresh']):.2f}-{max(times['full refresh']):.2f}s)")
     print(f"ratio full refresh / incremental: {median['full refresh'] / median['incremental']:.1f}x")
+    for name, ts in times.items():
+        figures.add_median(f"{name} per barrier", ts, "s", baseline=median["full refresh"], which="ivm", query=which,
+                           rows=rows, changed=n_changed, changes="spread" if spread else "recent", identical=same)
     return median
 
 
-def bench_python(rows: int, n_new: int, rounds: int, keyed: bool, spread: bool, work: int) -> None:
+def bench_python(rows: int, n_new: int, rounds: int, keyed: bool, spread: bool, work: int, figures: Figures) -> None:
     """A row-wise Python table kept by appending each barrier's new rows (``keyed``: replacing
     the changed keys' rows) vs. recomputed."""
     import numpy as np
@@ -365,142 +353,7 @@ def bench_python(rows: int, n_new: int, rounds: int, keyed: bool, spread: bool, 
             job.close()
         spark.stop()
     print(f"results identical: {same}")
-    print_medians(times, "full refresh", "barriers", "full refresh")
-
-
-@contextmanager
-def scratch_spark(name: str) -> Iterator[tuple[SparkSession, str]]:
-    """A session over a scratch folder, for the benches that only write and read tables (no
-    broker); stopped at the end."""
-    from spark_jobs.runtime.session import build_session
-
-    with tempfile.TemporaryDirectory() as scratch:
-        spark = build_session(name, settings=Settings(warehouse=f"{scratch}/wh", home=Path(scratch), jars=JARS))
-        try:
-            yield spark, scratch
-        finally:
-            spark.stop()
-
-
-def print_medians(took: dict[str, list[float]], baseline: str, noun: str, versus: str,
-                  notes: dict[str, str] | None = None) -> None:
-    """Each way's median time (ms) and spread, and the baseline's median over it."""
-    base = statistics.median(took[baseline])
-    width = max(map(len, took))
-    for name, times in took.items():
-        note = f"; {notes[name]}" if notes else ""
-        print(f"{name:{width}}: median {statistics.median(times) * 1000:5.1f} ms (min {min(times) * 1000:.1f}, "
-              f"max {max(times) * 1000:.1f}; {len(times)} {noun}), {base / statistics.median(times):.2f}x {versus}{note}")
-
-
-def bench_changes(rows: int, rounds: int) -> None:
-    from pyspark.sql import functions as F
-
-    from spark_jobs.runtime.commits import barrier_txn
-    from spark_jobs.runtime.delta_log import appended_files, read_files
-    from spark_jobs.runtime.maintenance.table import CDF_COLUMNS
-
-    with scratch_spark("bench-changes") as (spark, scratch):
-        path = f"{scratch}/bids"
-        spark.range(rows).selectExpr("id AS auction", "id % 100000 AS bidder", "id * 3 AS price", "current_timestamp() AS ts") \
-            .write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
-        for barrier in range(1, rounds + 3):  # two more to warm up
-            with barrier_txn(spark, "bids#g0", barrier, json.dumps({"barrier": barrier}), None):
-                spark.range(5000).selectExpr("id * 7 AS auction", "id % 1000 AS bidder", "id AS price",
-                                             "current_timestamp() AS ts").write.format("delta").mode("append").save(path)
-
-        def feed(version: int) -> DataFrame:
-            return (spark.read.option("readChangeFeed", "true").option("startingVersion", version)
-                    .option("endingVersion", version).table(f"delta.`{path}`").drop(*CDF_COLUMNS))
-
-        def commit_files(version: int) -> DataFrame:
-            found = appended_files(spark, path, version - 1, version)
-            assert found is not None, "an append read as one"
-            return read_files(spark, *found)
-
-        took: dict[str, list[float]] = {"change data feed": [], "commit's files": []}
-        for version in range(1, rounds + 3):
-            ways = [("change data feed", feed), ("commit's files", commit_files)]
-            for name, read in ways if version % 2 else ways[::-1]:
-                started = time.perf_counter()
-                rows_read = read(version).agg(F.count(F.lit(1)), F.sum(F.hash("auction", "bidder", "price"))).first()
-                if version > 2:
-                    took[name].append(time.perf_counter() - started)
-                assert rows_read is not None and rows_read[0] == 5000
-    print_medians(took, "change data feed", "reads", "the feed")
-
-
-def bench_reads(rows: int, rounds: int) -> None:
-    from pyspark.sql import functions as F
-
-    from spark_jobs.runtime.delta_log import read_version, version_files
-
-    with scratch_spark("bench-reads") as (spark, scratch):
-        path = f"{scratch}/t"
-        for i in range(40):  # 40 versions of one file each: the checksum lists 40 files
-            spark.range(i * rows // 40, (i + 1) * rows // 40, numPartitions=1).selectExpr("id AS k", "id % 1000 AS v") \
-                .write.format("delta").mode("append").save(path)
-        version = 39
-
-        def time_travel() -> DataFrame:
-            return spark.read.format("delta").option("versionAsOf", version).load(path)
-
-        def lockstep() -> DataFrame:
-            return read_version(spark, path, version)
-
-        took: dict[str, list[float]] = {"Delta's time travel": [], "read_version": [], "its checksum read": []}
-        for round_ in range(rounds + 2):  # two more to warm up
-            ways = [("Delta's time travel", time_travel), ("read_version", lockstep)]
-            for name, way in ways if round_ % 2 else ways[::-1]:
-                started = time.perf_counter()
-                found = way().agg(F.count(F.lit(1)), F.sum("v")).first()
-                assert found is not None and found[0] == rows
-                if round_ > 1:
-                    took[name].append(time.perf_counter() - started)
-            started = time.perf_counter()
-            assert version_files(spark, path, version) is not None
-            if round_ > 1:
-                took["its checksum read"].append(time.perf_counter() - started)
-    print_medians(took, "Delta's time travel", "reads", "time travel")
-
-
-def bench_commits(rows: int, rounds: int, tz: str, pause: float) -> None:
-    import os
-
-    from spark_jobs.runtime.commits import DeltaSink
-    from spark_jobs.runtime.stopwatch import Stopwatch
-
-    os.environ["TZ"] = tz  # the JVM Spark starts next inherits it as its default time zone
-    check = "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled"
-    with scratch_spark("bench-commits") as (spark, scratch):
-        print(f"JVM time zone {spark._jvm.java.util.TimeZone.getDefault().getID()}, "  # type: ignore[union-attr]
-              f"Spark session's {spark.conf.get('spark.sql.session.timeZone')}")
-        delta_default = spark.newSession()
-        delta_default.conf.set(check, "true")
-        ddl = "id BIGINT, v BIGINT, ts TIMESTAMP"
-        sinks = {"Delta's default (checked)": DeltaSink(delta_default, f"{scratch}/checked", "checked", ddl),
-                 "Lockstep's session": DeltaSink(spark, f"{scratch}/lockstep", "lockstep", ddl)}
-        took: dict[str, list[float]] = {name: [] for name in sinks}
-        spent: dict[str, dict[str, list[int]]] = {name: {} for name in sinks}
-        for barrier in range(1, rounds + 4):  # three more to warm up
-            order = list(sinks.items()) if barrier % 2 else list(sinks.items())[::-1]
-            for name, sink in order:
-                frame = sink.spark.range(barrier * rows, (barrier + 1) * rows).selectExpr(
-                    "id", "id % 7 AS v", "current_timestamp() AS ts")
-                watch = Stopwatch()
-                started = time.perf_counter()
-                sink.commit(barrier, 0, functools.partial(frame.write.format("delta").mode("append").save, sink.path),
-                            watch=watch)
-                if barrier > 3:
-                    took[name].append(time.perf_counter() - started)
-                    for phase in watch.phases():
-                        spent[name].setdefault(phase.name, []).append(phase.ms)
-                time.sleep(pause)  # between barriers: the upkeep after the last commit runs in it
-        for sink in sinks.values():
-            sink.close()
-    where = {name: "median ms per phase: " + ", ".join(f"{p} {statistics.median(ms):.0f}" for p, ms in phases.items())
-             for name, phases in spent.items()}
-    print_medians(took, "Delta's default (checked)", "commits", "the default", where)
+    print_medians(times, "full refresh", "barriers", "full refresh", figures, which="python", keyed=keyed, identical=same)
 
 
 def way(job: TableMaintainer) -> str:
@@ -545,20 +398,23 @@ def main() -> None:
                         help="ivm: a result up to this size is rewritten whole, a larger one MERGEd (default: the "
                              "jobs' 4; -1: always MERGE)")
     parser.add_argument("--query", choices=sorted(IVM_QUERIES), default="aggregate", help="ivm: the query (default aggregate)")
+    add_json_flag(parser)
     args = parser.parse_args()
+    figures = Figures("spark_jobs", args)
     if args.which == "ingest":
-        bench_ingest(args.records, args.batches, args.repeat)
+        bench_ingest(args.records, args.batches, args.repeat, figures)
     elif args.which == "changes":
-        bench_changes(args.rows[0], args.rounds)
+        bench_changes(args.rows[0], args.rounds, figures)
     elif args.which == "reads":
-        bench_reads(args.rows[0], args.rounds)
+        bench_reads(args.rows[0], args.rounds, figures)
     elif args.which == "commits":
-        bench_commits(args.rows[0], args.rounds, args.tz, args.pause)
+        bench_commits(args.rows[0], args.rounds, args.tz, args.pause, figures)
     elif args.which == "python":
         bench_python(args.rows[0], int(args.changed) if args.changed >= 1 else int(args.rows[0] * args.changed), args.rounds,
-                     args.keyed, args.changes == "spread", args.udf_rounds)
+                     args.keyed, args.changes == "spread", args.udf_rounds, figures)
     else:
-        bench_ivm(args.rows, args.changed, args.rounds, args.query, args.rewrite_limit_mb, args.changes == "spread")
+        bench_ivm(args.rows, args.changed, args.rounds, args.query, args.rewrite_limit_mb, args.changes == "spread", figures)
+    figures.write()
 
 
 if __name__ == "__main__":

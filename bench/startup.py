@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.freshness import stack
+from bench.results import Figures, add_json_flag
+from bench.stack import stack
 from tests.support.starts import AGGREGATES, LoadFeed, StartResult, start_once
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +55,9 @@ def main() -> None:
                              "come within 30 s of it (default 20)")
     parser.add_argument("--baseline-rounds", type=int, default=3, help="bare Spark sessions timed (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep the logs and data (their folder is printed)")
+    add_json_flag(parser)
     args = parser.parse_args()
+    figures = Figures("startup", args)
     tmp = Path(tempfile.mkdtemp(prefix="startup-"))
     results: list[StartResult] = []
     try:
@@ -81,20 +84,34 @@ def main() -> None:
     passed = [r for r in results if not r.problems()]
     print(f"\n{len(passed)} of {len(results)} starts passed (read-committed read of {', '.join(AGGREGATES)} within 120 s; "
           "SIGTERM -> exit 143 within 30 s, no stack trace)")
+    figures.add("starts passed", len(passed), "starts", starts=len(results))
     print("from `lockstep run`'s start (median, min-max):")
-    print(f"  Spark session up             {spread([r.session_s for r in results if r.session_s is not None])}")
+    sessions = [r.session_s for r in results if r.session_s is not None]
+    print(f"  Spark session up             {spread(sessions)}")
+    figures.add_median("Spark session up", sessions, "s")
     for table in ("x", *AGGREGATES):
-        print(f"  first commit of {table:12} {spread([r.first_commits_s[table] for r in results if table in r.first_commits_s])}")
+        commits = [r.first_commits_s[table] for r in results if table in r.first_commits_s]
+        print(f"  first commit of {table:12} {spread(commits)}")
+        figures.add_median(f"first commit of {table}", commits, "s")
     reads = [r.read_s for r in results if r.read_s is not None]
     print(f"  read-committed read          {spread(reads)}")
-    print(f"  SIGTERM -> exit              {spread([r.stop_s for r in results if r.stop_s is not None])}")
+    if reads:
+        base = statistics.median(baseline) if baseline else None
+        figures.add("read-committed read", statistics.median(reads), "s", baseline=base,
+                    ratio=statistics.median(reads) / base if base else None, samples=reads)
+    stops = [r.stop_s for r in results if r.stop_s is not None]
+    print(f"  SIGTERM -> exit              {spread(stops)}")
+    figures.add_median("SIGTERM -> exit", stops, "s")
     print(f"  output lines per start       {statistics.median([r.lines for r in results]) if results else 0:.0f}")
+    figures.add_median("output lines per start", [r.lines for r in results], "lines")
     print(f"baseline: a bare Spark session {spread(baseline)}")
+    figures.add_median("bare Spark session", baseline, "s")
     if reads and baseline:
         print(f"ratio read-committed read / bare session: {statistics.median(reads) / statistics.median(baseline):.1f}")
     for r in results:
         for problem in r.problems():
             print(f"  {problem}")
+    figures.write()
     sys.exit(0 if len(passed) == len(results) else 1)
 
 

@@ -23,7 +23,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from bench.spark_jobs import local_stack
+from bench.results import Figures, add_json_flag
+from bench.stack import local_stack
 
 DDL = "id BIGINT, v BIGINT, name STRING"
 
@@ -79,7 +80,9 @@ def main() -> None:  # noqa: PLR0915 - one run, printed as it goes
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--read-on", action="store_true",
                         help="cut the table inside a transaction whose END is in: every barrier reads past its cut")
+    add_json_flag(parser)
     args = parser.parse_args()
+    figures = Figures("transactions", args)
 
     from coordinator.domain.events import OffsetRange
     from coordinator.domain.work import EARLIEST, BarrierWork
@@ -137,10 +140,15 @@ def main() -> None:  # noqa: PLR0915 - one run, printed as it goes
         for name, values in times.items():
             median = statistics.median(values)
             print(f"{name:<22}{median:>18.3f}{f'{min(values):.2f}-{max(values):.2f}':>14}{median / base:>11.2f}x")
+            figures.add("root job s/barrier", median, "s", baseline=base, ratio=median / base, samples=values, case=name,
+                        read_on=args.read_on)
         print("where the time goes (phases the completions carried, s per barrier, all rounds):")
         for name, spent in phases.items():
             print(f"  {name}: " + ", ".join(f"{k} {v / len(cuts) / args.rounds:.3f}" for k, v in sorted(spent.items())))
+            for k, v in sorted(spent.items()):
+                figures.add(f"phase {k} s/barrier", v / len(cuts) / args.rounds, "s", case=name, read_on=args.read_on)
         spark.stop()
+    figures.write()
 
 
 if __name__ == "__main__":
