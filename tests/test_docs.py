@@ -4,11 +4,12 @@ wrong with no other test noticing.
 
 Every `lockstep` command in a shell block (also as ``python -m lockstep`` and ``scripts/demo``) is
 parsed by the real click group, down to its last subcommand, without running it; every script a
-block runs exists; every Python block compiles, its imports import, and it uses no name that
-neither it nor an earlier block of its page defines (pyflakes); every link stays in the
-repository and reaches a file. Nothing runs: no broker, no Spark, a few seconds.
-docs/benchmarks.md is a dated record whose commands used the flags of their day: only its links
-are checked.
+block runs exists; every ``python -m bench.NAME`` command names a bench and only options its
+parser defines (read from its source: a bench imports Spark); every Python block compiles, its
+imports import, and it uses no name that neither it nor an earlier block of its page defines
+(pyflakes); every link stays in the repository and reaches a file. The pages are README.md,
+CONTRIBUTING.md and everything under docs/ (docs/decisions/ too). Nothing runs: no broker, no
+Spark, a few seconds.
 """
 
 from __future__ import annotations
@@ -31,15 +32,14 @@ from pyflakes.messages import UndefinedName
 from lockstep.cli import cli
 from tests.support import ROOT
 
-HISTORY = ROOT / "docs" / "benchmarks.md"
 SHELL = {"bash", "sh", "shell", "console"}
 PYTHON = {"python", "py"}
 MARKDOWN = MarkdownIt("commonmark")
 
 
 def documents() -> list[Path]:
-    """The pages whose commands and snippets must work today (benchmarks.md is history)."""
-    return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p != HISTORY)]
+    """The pages whose commands and snippets must work today: the README, CONTRIBUTING.md and docs/."""
+    return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def relative(path: Path) -> str:
@@ -136,6 +136,17 @@ SHELL_BLOCKS = [block for page in documents() for block in blocks(page, SHELL)]
 COMMANDS = [command for block in SHELL_BLOCKS for command in commands(block)]
 LOCKSTEP_COMMANDS = [command for command in COMMANDS if lockstep_arguments(command.words) is not None]
 SCRIPT_COMMANDS = [command for command in COMMANDS if program(command.words)[0].startswith(("scripts/", ".ci/"))]
+
+
+def bench_arguments(words: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
+    """The bench a command runs (``python -m bench.nexmark ...``: ``nexmark``) and its arguments, else None."""
+    name, args = program(words)
+    if re.fullmatch(r"(\.venv/bin/)?python3?", name) and args[:1] == ("-m",) and args[1:2] and args[1].startswith("bench."):
+        return args[1].removeprefix("bench."), args[2:]
+    return None
+
+
+BENCH_COMMANDS = [command for command in COMMANDS if bench_arguments(command.words) is not None]
 PLACEHOLDER = re.compile(r"[<>${}]|\.\.\.|^[A-Z][A-Z0-9_]*(\.[A-Za-z]+)?$")
 
 
@@ -172,6 +183,38 @@ def parse_with_placeholders(args: Sequence[str]) -> None:
                 raise
             args[stand_ins[0]] = "pyproject.toml" if exc.param.type.file_okay else "docs"
     raise AssertionError(f"placeholders still refused: {args}")
+
+
+def bench_parser(module: str) -> tuple[set[str], set[str] | None]:
+    """The options a bench's parser defines (its own ``add_argument`` calls and those of the
+    functions it imports from other benches, such as ``bench.results.add_json_flag``), and the
+    choices of its first positional argument if it has one (``bench.spark_jobs``' ``which``)."""
+    tree = ast.parse((ROOT / "bench" / f"{module}.py").read_text())
+    options, choices = _added(tree, positional_of="parser")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bench."):
+            imported = ast.parse((ROOT / Path(*node.module.split("."))).with_suffix(".py").read_text())
+            names = {alias.name for alias in node.names}
+            options |= {option for function in imported.body if isinstance(function, ast.FunctionDef)
+                        and function.name in names for option in _added(function)[0]}
+    return options, choices
+
+
+def _added(tree: ast.AST, positional_of: str | None = None) -> tuple[set[str], set[str] | None]:
+    """The option strings of every ``add_argument`` call under ``tree``, and the literal choices of
+    a positional argument added to the parser named ``positional_of``."""
+    options: set[str] = set()
+    choices: set[str] | None = None
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"):
+            continue
+        names = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+        options |= {name for name in names if name.startswith("-")}
+        listed = [kw.value for kw in node.keywords if kw.arg == "choices" and isinstance(kw.value, ast.List)]
+        on_parser = isinstance(node.func.value, ast.Name) and node.func.value.id == positional_of
+        if on_parser and names and not names[0].startswith("-") and listed:
+            choices = {e.value for e in listed[0].elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    return options, choices
 
 
 # --- links ----------------------------------------------------------------------------------------
@@ -230,6 +273,21 @@ def test_script_exists(command: Command) -> None:
     assert (ROOT / program(command.words)[0]).is_file(), f"{command}: no such script in the repository"
 
 
+@pytest.mark.parametrize("command", BENCH_COMMANDS, ids=str)
+def test_bench_command_uses_what_its_bench_defines(command: Command) -> None:
+    """A bench command names a bench of bench/, its subcommand is one of the bench's, and every
+    ``--option`` is one its parser defines (nothing runs: a bench starts brokers and Spark)."""
+    found = bench_arguments(command.words)
+    assert found is not None
+    module, args = found
+    assert (ROOT / "bench" / f"{module}.py").is_file(), f"{command}: no bench/{module}.py"
+    options, choices = bench_parser(module)
+    if choices is not None:
+        assert args[:1] and args[0] in choices, f"{command}: the bench's first argument is one of {sorted(choices)}"
+    unknown = [arg.split("=", 1)[0] for arg in args if arg.startswith("--") and arg.split("=", 1)[0] not in options]
+    assert not unknown, f"{command}: bench/{module}.py defines no {', '.join(unknown)}"
+
+
 @pytest.mark.parametrize("block", [b for page in documents() for b in blocks(page, PYTHON)], ids=str)
 def test_python_block_compiles_imports_and_defines_its_names(block: Block) -> None:
     earlier = [b.text for b in blocks(ROOT / block.doc, PYTHON) if b.line < block.line]
@@ -248,9 +306,12 @@ def test_python_block_compiles_imports_and_defines_its_names(block: Block) -> No
     assert not undefined, "\n".join(undefined)
 
 
-@pytest.mark.parametrize("page", [*documents(), HISTORY], ids=relative)
+@pytest.mark.parametrize("page", documents(), ids=relative)
 def test_links_stay_in_the_repository(page: Path) -> None:
     problems = [f"{relative(page)}:{line}: {problem}" for line, target in links(page)
                 if (problem := link_problem(page, target)) is not None]
     assert not problems, "\n".join(problems)
-    assert "../shared" not in page.read_text(), f"{relative(page)} points outside the repository"
+    # a path named in the text, not only a link's: nothing the page mentions lies above the repository
+    above = [m.group(0) for m in re.finditer(r"(?<![\w./])(?:\.\./)+[\w.-]+", page.read_text())
+             if not (page.parent / m.group(0)).resolve().is_relative_to(ROOT.resolve())]
+    assert not above, f"{relative(page)} names paths outside the repository: {', '.join(above)}"

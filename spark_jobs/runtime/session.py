@@ -49,14 +49,14 @@ DEFAULT_CONF: dict[str, str] = {
     # Such a read is plain Parquet: Delta's file statistics do not skip files for it, only each
     # row group's own statistics do, and Spark keeps none for its default INT96 timestamps. As
     # INT64 microseconds (what Delta's protocol calls a timestamp too) a time-range read of a
-    # window's rows skips the row groups of other times (docs/benchmarks.md: q7 at 50M events).
+    # window's rows skips the row groups of other times (docs/performance.md: q7 at 50M events).
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.databricks.delta.snapshotPartitions": "1",
     # Where the JVM's time zone is not UTC (most users' machines), Delta checks the file list it
     # keeps in each commit's checksum against a full reconstruction of the table's state, a few
-    # Spark jobs in every commit (a barrier's append of 4,600 rows: 504 ms instead of 202 ms,
-    # docs/benchmarks.md). The check is a diagnostic Delta forces there for timestamps before
-    # 1883 in non-UTC zones; Lockstep's sessions compute in UTC, so it is left off.
+    # Spark jobs in every commit (a barrier's append of 4,600 rows: 504 ms instead of 202 ms;
+    # docs/decisions/0001-delta-4-4.md). The check is a diagnostic Delta forces there for
+    # timestamps before 1883 in non-UTC zones; Lockstep's sessions compute in UTC, so it is left off.
     "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
     # a histogram of file sizes is one more aggregate in every reconstruction of a table's state
     # (before every barrier's write); nothing of Lockstep's reads it

@@ -5,7 +5,7 @@ the old rows and the small table rewritten whole in one Spark job, or MERGEd by 
 large table (which reads and rewrites only the files the changed keys may be in); a changelog
 table's changed groups are appended (``append_groups``). A rewrite
 grows with the table: a 10M-row join result took 11 s a barrier rewritten, 3.2 s MERGEd
-(docs/benchmarks.md).
+(measured at c34c322; docs/performance.md has today's figures).
 """
 
 from __future__ import annotations
