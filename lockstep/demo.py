@@ -38,6 +38,7 @@ from coordinator.dev.worker import WorkerProcess, healthy
 from coordinator.domain.errors import NotStarted, Unreachable
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
+from lockstep import signals
 from spark_jobs.demo.datagen import ensure_topic
 from spark_jobs.demo.probes import LevelStats, Prober
 
@@ -297,7 +298,9 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             before = _topic_size(consumer, topic)
             _read_until(options.seconds, "measuring", prober, jobs, lambda: _topic_size(consumer, topic) - before,
                         result, console, say)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Exception) as exc:
+            if not isinstance(exc, KeyboardInterrupt) and signals.stopped_by() != signal.SIGINT:
+                raise  # (an error Ctrl-C turned into another is Ctrl-C: see lockstep.signals)
             result.interrupted = True
             say("interrupted: stopping what the demo started ...")
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish

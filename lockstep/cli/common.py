@@ -20,6 +20,7 @@ from coordinator.domain.errors import Rejected, Terminated
 from coordinator.domain.roles import Role
 from coordinator.domain.snapshot import epoch_ms
 from coordinator.settings import Settings
+from lockstep import signals
 
 if TYPE_CHECKING:
     from spark_jobs.planning.pipeline import Pipeline
@@ -60,6 +61,7 @@ def stop_signals() -> Iterator[Stopping]:
     stopping = Stopping()
 
     def asked(signum: int, frame: FrameType | None) -> None:
+        signals.noted(signum)
         if stopping.signal is not None:
             raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
         stopping.signal = signum

@@ -8,13 +8,13 @@ it once, prints ``"<label>: <message>"`` on stderr and exits with the error's co
 from __future__ import annotations
 
 import signal
-from types import FrameType
 from typing import Any
 
 import click
 
 from coordinator.domain.errors import ExitCode, LockstepError, Terminated
 from coordinator.settings import Settings
+from lockstep import signals
 from lockstep.cli.demo import datagen, demo
 from lockstep.cli.dev import acls, dev, worker
 from lockstep.cli.emit import emit_group
@@ -58,6 +58,15 @@ class LockstepGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(ExitCode.INTERRUPTED)
+        except Exception:
+            # A signal's exception raised inside a C extension's callback can come out as another
+            # (confluent-kafka's flush: "SystemError: ... returned NULL without setting an
+            # exception"); after Ctrl-C or SIGTERM the command was stopped all the same.
+            if signals.stopped_by() is None:
+                raise
+            terminated = signals.stopped_by() == signal.SIGTERM
+            click.echo("terminated" if terminated else "interrupted", err=True)
+            ctx.exit(ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED)
 
 
 @click.group(cls=LockstepGroup, context_settings={"help_option_names": ["-h", "--help"]},
@@ -82,13 +91,6 @@ for command in (dev, worker, acls, demo, datagen, run, stop_job, revise, drop, e
 cli.add_command(emit_group, name="emit")
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM: raise ``Terminated`` in the main thread once; a second SIGTERM while the command
-    stops is ignored, so its cleanup is not cut short (SIGKILL still ends it)."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated()
-
-
 def main() -> None:
-    signal.signal(signal.SIGTERM, _terminate)
+    signals.install()
     cli(prog_name="lockstep")

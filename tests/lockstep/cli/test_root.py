@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 
 from coordinator.dev.broker import free_port
 from coordinator.domain.errors import ExitCode, LockstepError, NotStarted, Rejected, Unreachable, UsageError
+from lockstep import signals
 from lockstep.cli import EXIT_CODES, LockstepGroup, cli
 from tests.support import ROOT
 
@@ -41,6 +43,27 @@ def test_errors_become_a_message_and_their_exit_code(error: BaseException, code:
     result = CliRunner().invoke(group, ["boom"])
     assert result.exit_code == code
     assert result.stderr.strip() == (f"{label}: {error}" if label else "interrupted")
+
+
+@pytest.mark.parametrize(("signalled", "code", "said"), [
+    ([signal.SIGINT], 130, "interrupted"),
+    ([signal.SIGTERM], 143, "terminated"),
+    ([], 1, ""),  # no signal came: the error is a bug, shown as one
+])
+def test_an_error_a_signal_turned_into_another_still_stops_as_that_signal(
+        monkeypatch: pytest.MonkeyPatch, signalled: list[int], code: int, said: str) -> None:
+    """confluent-kafka can lose the KeyboardInterrupt of a Ctrl-C that lands in a delivery
+    callback and raise SystemError instead: after a signal the command still stops as it asked."""
+    monkeypatch.setattr(signals, "_received", signalled)
+    group = LockstepGroup("lockstep")
+
+    @group.command()
+    def boom() -> None:
+        raise SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL without setting an exception")
+
+    result = CliRunner().invoke(group, ["boom"])
+    assert result.exit_code == code and result.stderr.strip() == said
+    assert isinstance(result.exception, SystemExit if signalled else SystemError)
 
 
 def test_version_prints_the_installed_package_version_without_reading_settings() -> None:
