@@ -298,7 +298,7 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             before = _topic_size(consumer, topic)
             _read_until(options.seconds, "measuring", prober, jobs, lambda: _topic_size(consumer, topic) - before,
                         result, console, say)
-        except (KeyboardInterrupt, Exception) as exc:
+        except (KeyboardInterrupt, SystemError) as exc:
             if not isinstance(exc, KeyboardInterrupt) and signals.stopped_by() != signal.SIGINT:
                 raise  # (an error Ctrl-C turned into another is Ctrl-C: see lockstep.signals)
             result.interrupted = True

@@ -11,7 +11,7 @@ Example::
     install()
     try:
         work()
-    except Exception as exc:
+    except SystemError:
         if stopped_by() is None:
             raise
         ...  # stop as Ctrl-C or SIGTERM asked

@@ -58,8 +58,8 @@ class LockstepGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(ExitCode.INTERRUPTED)
-        except Exception:
-            # A signal's exception raised inside a C extension's callback can come out as another
+        except SystemError:
+            # A signal's exception raised inside a C extension's callback can come out as this
             # (confluent-kafka's flush: "SystemError: ... returned NULL without setting an
             # exception"); after Ctrl-C or SIGTERM the command was stopped all the same.
             if signals.stopped_by() is None:
