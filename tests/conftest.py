@@ -34,10 +34,33 @@ pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.suppor
 SERVER_FIXTURES = frozenset({"kafka_bootstrap", "spark", "local_s3", "cdc_stack", "make_browser"})
 
 
+# The files that take minutes each (fresh-clone runs on 2 cores), longest first. They run first,
+# so that on scripts/test's workers (a file per worker) the short files fill the end of the run
+# rather than one long file starting last and running alone.
+LONGEST_FIRST = (
+    "tests/spark_jobs/runtime/test_ivm.py",
+    "tests/drills/test_exactly_once.py",
+    "tests/drills/test_revise.py",
+    "tests/spark_jobs/runtime/maintenance/test_keyed.py",
+    "tests/drills/test_kafka_cluster.py",
+    "tests/drills/test_start_under_load.py",
+    "tests/spark_jobs/ops/test_upkeep.py",
+    "tests/lockstep/test_demo.py",
+    "tests/drills/test_broker_outage.py",
+    "tests/spark_jobs/ops/test_runner.py",
+    "tests/drills/test_spark_cluster.py",
+    "tests/spark_jobs/api/test_reads.py",
+    "tests/lockstep_reads/test_snapshot.py",
+    "tests/drills/test_money_moves.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
