@@ -34,31 +34,42 @@ pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.suppor
 SERVER_FIXTURES = frozenset({"kafka_bootstrap", "spark", "local_s3", "cdc_stack", "make_browser"})
 
 
-# The files that take minutes each (fresh-clone runs on 2 cores), longest first. They run first,
-# so that on scripts/test's workers (a file per worker) the short files fill the end of the run
-# rather than one long file starting last and running alone.
+# The files that take minutes each (fresh-clone runs on 2 cores), longest first, those that start
+# JVMs of their own (drills: jobs, brokers, clusters) between those that use the session's Spark:
+# on scripts/test's two workers the long files start first, the short ones fill the end, and two
+# drills seldom run at once (a Python worker Spark starts must connect back within 10 s).
 LONGEST_FIRST = (
     "tests/spark_jobs/runtime/test_ivm.py",
     "tests/drills/test_exactly_once.py",
-    "tests/drills/test_revise.py",
     "tests/spark_jobs/runtime/maintenance/test_keyed.py",
-    "tests/drills/test_kafka_cluster.py",
-    "tests/drills/test_start_under_load.py",
+    "tests/drills/test_revise.py",
     "tests/spark_jobs/ops/test_upkeep.py",
-    "tests/lockstep/test_demo.py",
-    "tests/drills/test_broker_outage.py",
+    "tests/drills/test_kafka_cluster.py",
     "tests/spark_jobs/ops/test_runner.py",
-    "tests/drills/test_spark_cluster.py",
+    "tests/drills/test_start_under_load.py",
     "tests/spark_jobs/api/test_reads.py",
+    "tests/lockstep/test_demo.py",
     "tests/lockstep_reads/test_snapshot.py",
+    "tests/drills/test_broker_outage.py",
+    "tests/spark_jobs/runtime/test_catalog.py",
+    "tests/drills/test_spark_cluster.py",
+    "tests/spark_jobs/ops/test_vacuum.py",
     "tests/drills/test_money_moves.py",
 )
+CDC_GROUP = "cdc"  # the files that use the cdc_stack: one worker starts PostgreSQL, a registry and Connect
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that use a server ``integration``; give each test its file as its
+    ``xdist_group`` (scripts/test's ``--dist loadgroup``: a file per worker), except that the
+    files using the ``cdc_stack`` share one; and start the longest files first."""
+    cdc_files = {item.nodeid.split("::")[0] for item in items if "cdc_stack" in getattr(item, "fixturenames", ())}
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(CDC_GROUP if path in cdc_files else path))
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
 
