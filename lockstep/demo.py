@@ -299,8 +299,8 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
             _read_until(options.seconds, "measuring", prober, jobs, lambda: _topic_size(consumer, topic) - before,
                         result, console, say)
         except (KeyboardInterrupt, SystemError) as exc:
-            if not isinstance(exc, KeyboardInterrupt) and signals.stopped_by() != signal.SIGINT:
-                raise  # (an error Ctrl-C turned into another is Ctrl-C: see lockstep.signals)
+            if signals.stopped_as(exc) is None:
+                raise  # (an error a stop signal turned into another is that signal: see lockstep.signals)
             result.interrupted = True
             say("interrupted: stopping what the demo started ...")
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish

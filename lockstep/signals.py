@@ -11,8 +11,8 @@ Example::
     install()
     try:
         work()
-    except SystemError:
-        if stopped_by() is None:
+    except (KeyboardInterrupt, Terminated, SystemError) as exc:
+        if stopped_as(exc) is None:
             raise
         ...  # stop as Ctrl-C or SIGTERM asked
 """
@@ -38,6 +38,16 @@ def install() -> None:
 def stopped_by() -> int | None:
     """The first stop signal this process received (``signal.SIGINT`` or ``SIGTERM``), or None."""
     return _received[0] if _received else None
+
+
+def stopped_as(exc: BaseException) -> int | None:
+    """The stop signal ``exc`` stands for: SIGINT for ``KeyboardInterrupt``, SIGTERM for
+    ``Terminated``, the first noted signal for a ``SystemError`` raised after one; else None."""
+    if isinstance(exc, Terminated):  # (a KeyboardInterrupt too, so that nothing catches it by accident)
+        return signal.SIGTERM
+    if isinstance(exc, KeyboardInterrupt):
+        return signal.SIGINT
+    return stopped_by() if isinstance(exc, SystemError) else None
 
 
 def noted(signum: int) -> None:

@@ -64,14 +64,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests that use a server ``integration``; give each test its file as its
     ``xdist_group`` (scripts/test's ``--dist loadgroup``: a file per worker), except that the
     files using the ``cdc_stack`` share one; and start the longest files first."""
-    cdc_files = {item.nodeid.split("::")[0] for item in items if "cdc_stack" in getattr(item, "fixturenames", ())}
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    cdc_files = {file_of(item) for item in items if "cdc_stack" in getattr(item, "fixturenames", ())}
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
-        path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(CDC_GROUP if path in cdc_files else path))
+        item.add_marker(pytest.mark.xdist_group(CDC_GROUP if file_of(item) in cdc_files else file_of(item)))
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
+    items.sort(key=lambda item: rank.get(file_of(item), len(rank)))  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")

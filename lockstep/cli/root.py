@@ -52,19 +52,13 @@ class LockstepGroup(click.Group):
         except LockstepError as exc:
             click.echo(f"{exc.label}: {exc}", err=True)
             ctx.exit(exc.exit_code)
-        except Terminated:
-            click.echo("terminated", err=True)
-            ctx.exit(ExitCode.TERMINATED)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(ExitCode.INTERRUPTED)
-        except SystemError:
-            # A signal's exception raised inside a C extension's callback can come out as this
-            # (confluent-kafka's flush: "SystemError: ... returned NULL without setting an
-            # exception"); after Ctrl-C or SIGTERM the command was stopped all the same.
-            if signals.stopped_by() is None:
+        except (Terminated, KeyboardInterrupt, SystemError) as exc:
+            # a SystemError may be a signal's exception raised inside a C extension's callback
+            # (lockstep.signals); after Ctrl-C or SIGTERM the command was stopped all the same
+            signum = signals.stopped_as(exc)
+            if signum is None:
                 raise
-            terminated = signals.stopped_by() == signal.SIGTERM
+            terminated = signum == signal.SIGTERM
             click.echo("terminated" if terminated else "interrupted", err=True)
             ctx.exit(ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED)
 
