@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
-from spark_jobs.ops.jobs import JobRun, register_pipeline, start_job
-from spark_jobs.ops.renewals import Renewals
+from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import parse_pipeline
-from tests.support.supervising import Stack
+from tests.support.supervising import Stack, supervised
 
 
 @pytest.fixture
@@ -35,24 +35,20 @@ def run_pipeline(
     spark: SparkSession, make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path
 ) -> Iterator[Callable[..., Settings]]:
     """Factory: ``run_pipeline(sql, **settings_changes)`` starts a worker, registers the pipeline
-    and runs its jobs; returns the settings they use. The jobs stop at the end of the test."""
-    runs: list[JobRun] = []
-    renewals: list[Renewals] = []
+    and runs its jobs under a Supervisor, each job its own query, as `lockstep run` does with
+    ``LOCKSTEP_FUSE_JOBS=0``; returns the settings they use. A job that fails is restarted, as in
+    `lockstep run`: on a busy machine Spark's Python worker for the barrier source may not connect
+    back within Spark's fixed 10 s. The jobs stop at the end of the test."""
+    with ExitStack() as running:
 
-    def run(sql: str, **changes: Any) -> Settings:
-        worker = make_worker()
-        settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=str(tmp_path / "wh"), home=tmp_path / "home",
-                                       coordinator_url=worker.url, **changes)
-        pipeline = parse_pipeline(sql)
-        register_pipeline(settings, pipeline)
-        # as `lockstep run` does: a CTAS table whose first commit is slow is not taken for abandoned
-        renewals.append(Renewals(settings, [j.job_id for j in pipeline.jobs]).start())
-        runs.extend(start_job(spark, pipeline, job, settings) for job in pipeline.jobs)
-        return settings
+        def run(sql: str, **changes: Any) -> Settings:
+            worker = make_worker()
+            settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=str(tmp_path / "wh"),
+                                           home=tmp_path / "home", coordinator_url=worker.url,
+                                           **{"fuse_jobs": False, **changes})
+            pipeline = parse_pipeline(sql)
+            register_pipeline(settings, pipeline)
+            running.enter_context(supervised(spark, pipeline, settings, report=print))
+            return settings
 
-    yield run
-    for job in runs:
-        job.query.stop()
-        job.processor.close()
-    for renewal in renewals:
-        renewal.close()
+        yield run
