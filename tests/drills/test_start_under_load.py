@@ -1,9 +1,9 @@
-"""A new user's first `lockstep run`, three times in a row, on a busy machine: a producer keeps
-5,000 JSON records a second flowing while `lockstep run` starts a root table and two GROUP BY
+"""A new user's first `lockstep run`, twice in a row, on a busy machine: a producer keeps 5,000
+JSON records a second flowing while `lockstep run` starts a root table and two GROUP BY
 aggregates on a fresh topic prefix and warehouse. Every start must reach a read-committed read
 of both aggregates within 120 s, then of a newer barrier within 30 s, and stop on SIGTERM within 30 s,
 exiting 143 with no stack trace in its output (tests/support/starts.py; `python -m bench.startup`
-runs it 20 times)."""
+runs it 20 times, the count that says how often a start fails)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.support.starts import LoadFeed, start_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]
 
-STARTS = 3
+STARTS = 2  # a third proved what the second did; bench.startup repeats it
 RATE = 5000
 
 
