@@ -15,6 +15,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from coordinator.client.topics import COMPACTED, TIMED, Topics, create_topics, ensure_topics
 from coordinator.settings import Settings
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,8 @@ def test_creating_topics_returns_those_it_created_and_takes_existing_ones_as_don
 
     assert create_topics(admin, [NewTopic(name, 1, 1) for name in names]) == sorted(names)
     assert create_topics(admin, [NewTopic(name, 1, 1) for name in names]) == []
-    assert set(names) <= set(admin.list_topics(timeout=10).topics)
+    # a created topic reaches the broker's metadata a moment after the controller's answer (a loaded machine)
+    wait_until(lambda: set(names) <= set(admin.list_topics(timeout=10).topics), "the new topics listed", timeout=30)
     for future in admin.delete_topics(names).values():
         future.result(timeout=30)
 
