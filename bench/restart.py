@@ -9,9 +9,10 @@ committed again (or the plain query wrote again) and some seconds more have pass
 restart has a backlog of a few barriers. Printed per system: median, min and max of start ->
 Spark session up (the runner's "Spark session up" line; the plain query prints one too), ->
 first commit of each job, and the first commit's phases (from its completion) next to a steady
-commit's.
+commit's. ``--keyed`` adds the aggregate kept in Spark's state store (``'state' = 'keyed'``):
+its restart reloads that state from its checkpoint; its state's size on disk is printed.
 
-Usage: python -m bench.restart [--rounds 4] [--rate 200] [--conf KEY=VALUE ...]
+Usage: python -m bench.restart [--rounds 4] [--rate 200] [--keyed]
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ CREATE TABLE events (k BIGINT, seq BIGINT) WITH ('source' = 'kafka:{topic}', 'fo
 CREATE TABLE per_key AS SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) AS total FROM events GROUP BY k;
 """
 TOPIC = "restart_events"
-TABLES = ("events", "per_key")
+KEYED = """
+CREATE TABLE per_key_state WITH ('state' = 'keyed') AS
+  SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) AS total FROM events GROUP BY k;
+"""
 SESSION_UP = "Spark session up"
 
 
@@ -119,20 +123,21 @@ def plain_job(bootstrap: str, warehouse: str, checkpoint: str) -> None:
      .trigger(processingTime="500 milliseconds").start().awaitTermination())
 
 
-def first_commits(settings: Any, since_ms: int) -> dict[str, Any]:
+def first_commits(settings: Any, tables: list[str], since_ms: int) -> dict[str, Any]:
     """table -> its first completion committed after ``since_ms``."""
     from coordinator.client.state import read_state
 
     state = read_state(settings)
     out = {}
-    for table in TABLES:
+    for table in tables:
         after = [c for c in state.completions.get(table, {}).values() if c.committed_at_ms >= since_ms]
         if after:
             out[table] = min(after, key=lambda c: c.committed_at_ms)
     return out
 
 
-def lockstep_round(env: dict[str, str], pipeline: Path, log: Path, linger: float, timeout: float = 300) -> dict[str, Any]:
+def lockstep_round(env: dict[str, str], pipeline: Path, tables: list[str], log: Path, linger: float,
+                   timeout: float = 300) -> dict[str, Any]:
     """Start `lockstep run`, wait for every table's first commit and ``linger`` s more, kill it."""
     from coordinator.settings import Settings
 
@@ -141,13 +146,13 @@ def lockstep_round(env: dict[str, str], pipeline: Path, log: Path, linger: float
     try:
         deadline = time.monotonic() + timeout
         firsts: dict[str, Any] = {}
-        while len(firsts) < len(TABLES):
+        while len(firsts) < len(tables):
             if child.proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"lockstep run did not commit every table (see {log})")
             time.sleep(0.5)
-            firsts = first_commits(settings, child.started_ms)
+            firsts = first_commits(settings, tables, child.started_ms)
         time.sleep(linger)
-        steady = {t: c for t, c in first_commits(settings, int(time.time() * 1000) - 1500).items()}
+        steady = first_commits(settings, tables, int(time.time() * 1000) - 1500)
         setups = {m.group(1): float(m.group(2)) for _, line in child.lines
                   if (m := re.search(r"job (\S+) committed barrier \d+, [\d.]+ s after it started \(setup ([\d.]+) s\)", line))}
         return {"session": child.said(SESSION_UP), "setup": setups,
@@ -177,6 +182,11 @@ def plain_round(env: dict[str, str], tmp: Path, log: Path, linger: float, timeou
         child.kill()
 
 
+def folder_mb(folder: Path) -> float:
+    """Size of the files under ``folder`` in MB (0 if it is missing)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):5.1f} s ({min(values):.1f}-{max(values):.1f})" if values else "-"
 
@@ -186,6 +196,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="restarts measured per system (default 4)")
     parser.add_argument("--rate", type=int, default=200, help="records/s fed while the jobs run and restart")
     parser.add_argument("--linger", type=float, default=5.0, help="seconds to keep running after the first commits")
+    parser.add_argument("--keyed", action="store_true", help="also an aggregate kept in Spark's state store")
     parser.add_argument("--plain-job", nargs=3, metavar=("BOOTSTRAP", "WAREHOUSE", "CHECKPOINT"), help=argparse.SUPPRESS)
     add_json_flag(parser)
     args = parser.parse_args()
@@ -196,6 +207,8 @@ def main() -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from coordinator.client.topics import create_topics
+    from spark_jobs.planning.pipeline import parse_pipeline
+    from spark_jobs.runtime.maintenance.keyed import STATE_FOLDER
 
     with tempfile.TemporaryDirectory() as name, stack(Path(name), "lockstep", 1000) as (env, _servers):
         tmp = Path(name)
@@ -203,26 +216,29 @@ def main() -> None:
         admin = AdminClient({"bootstrap.servers": env["LOCKSTEP_BOOTSTRAP"]})
         create_topics(admin, [NewTopic(TOPIC, 2, 1)])
         pipeline = tmp / "pipeline.sql"
-        pipeline.write_text(PIPELINE.format(topic=TOPIC))
+        pipeline.write_text(PIPELINE.format(topic=TOPIC) + (KEYED if args.keyed else ""))
+        tables = [job.sink for job in parse_pipeline(pipeline.read_text()).jobs]
         feed = Feed(env["LOCKSTEP_BOOTSTRAP"], args.rate)
         feed.start()
         lockstep_log, plain_log = tmp / "lockstep.log", tmp / "plain.log"
         print("first starts (tables and checkpoints made; not counted) ...", flush=True)
-        lockstep_round(env, pipeline, lockstep_log, args.linger)
+        lockstep_round(env, pipeline, tables, lockstep_log, args.linger)
         plain_round(env, tmp, plain_log, args.linger)
         rounds: dict[str, list[dict[str, Any]]] = {"lockstep": [], "plain": []}
         for i in range(args.rounds):
-            rounds["lockstep"].append(lockstep_round(env, pipeline, lockstep_log, args.linger))
+            rounds["lockstep"].append(lockstep_round(env, pipeline, tables, lockstep_log, args.linger))
             rounds["plain"].append(plain_round(env, tmp, plain_log, args.linger))
             shown = {k: v for k, v in rounds["lockstep"][-1].items() if k not in ("phases", "steady", "setup")}
             print(f"round {i + 1}: lockstep {json.dumps(shown)}; plain {json.dumps(rounds['plain'][-1])}", flush=True)
         feed.halt.set()
+        state_mb = folder_mb(tmp / "wh" / "per_key_state" / STATE_FOLDER) if args.keyed else None
     ls, pl = rounds["lockstep"], rounds["plain"]
     print(f"\nrestart -> (median of {args.rounds}, min-max)   lockstep run             plain query")
     print(f"  Spark session up                 {spread([r['session'] for r in ls if r['session']]):24} "
           f"{spread([r['session'] for r in pl if r['session']])}")
     print(f"  first commit of events           {spread([r['events'] for r in ls]):24} {spread([r['events'] for r in pl])}")
-    print(f"  first commit of per_key          {spread([r['per_key'] for r in ls]):24} -")
+    for table in tables[1:]:
+        print(f"  {'first commit of ' + table:33}{spread([r[table] for r in ls]):24} -")
     for job in sorted({j for r in ls for j in r["setup"]}):
         print(f"  {job + ' setup (its tables)':33}{spread([r['setup'][job] for r in ls if job in r['setup']]):24} -")
     ratio = statistics.median(r["events"] for r in ls) / statistics.median(r["events"] for r in pl)
@@ -235,10 +251,14 @@ def main() -> None:
                     ratio=statistics.median(sessions) / base if base else None, samples=sessions)
     figures.add("first commit of events", statistics.median(r["events"] for r in ls), "s",
                 baseline=statistics.median(r["events"] for r in pl), ratio=ratio, samples=[r["events"] for r in ls])
-    figures.add_median("first commit of per_key", [r["per_key"] for r in ls], "s")
+    for table in tables[1:]:
+        figures.add_median(f"first commit of {table}", [r[table] for r in ls], "s")
+    if state_mb is not None:
+        print(f"  per_key_state's state on disk    {state_mb:.1f} MB")
+        figures.add("per_key_state's state on disk", state_mb, "MB")
     for job in sorted({j for r in ls for j in r["setup"]}):
         figures.add_median(f"{job} setup (its tables)", [r["setup"][job] for r in ls if job in r["setup"]], "s")
-    for table in TABLES:
+    for table in tables:
         phases = sorted({p for r in ls for p in r["phases"].get(table, {})})
         first = {p: statistics.median(r["phases"][table].get(p, 0) for r in ls if table in r["phases"]) for p in phases}
         steady = {p: statistics.median(r["steady"][table].get(p, 0) for r in ls if table in r["steady"]) or 0 for p in phases}

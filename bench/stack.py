@@ -3,7 +3,9 @@ processes, started and stopped by pid (their CPU counted by role).
 
 The benches that run a pipeline as a user does (freshness, reads, soak, failover, startup,
 restart) and those that need only a broker and the coordinator's topics (spark_jobs, nexmark,
-transactions) start it from here, so that no bench imports another for its plumbing.
+transactions) start it from here, so that no bench imports another for its plumbing. A
+SIGTERM stops a bench the way Ctrl-C does, through its clean-up: the broker and the children
+are stopped, not left running without it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coordinator.settings import Settings
+from lockstep import signals
 
 if TYPE_CHECKING:
     from coordinator.dev.broker import LocalBroker
@@ -42,6 +45,7 @@ def local_stack() -> Iterator[Settings]:
     """A temporary home with its own local broker and the coordinator's topics; torn down after."""
     from coordinator.client.topics import Topics, ensure_topics
 
+    signals.install()
     with tempfile.TemporaryDirectory() as tmp:
         broker = start_broker(Path(tmp))
         try:
@@ -110,6 +114,7 @@ def stack(tmp: Path, system: str, barrier_interval_ms: int | None,
     from coordinator.dev.broker import free_port
     from coordinator.dev.worker import WorkerProcess
 
+    signals.install()
     broker = start_broker(tmp)
     env = {**os.environ, "LOCKSTEP_BOOTSTRAP": broker.bootstrap, "LOCKSTEP_HOME": str(tmp / "home"),
            "LOCKSTEP_JARS": str(ROOT / ".lockstep" / "jars"), "LOCKSTEP_TOPIC_PREFIX": "bench",
