@@ -254,14 +254,15 @@ def main() -> None:
     for table in tables[1:]:
         figures.add_median(f"first commit of {table}", [r[table] for r in ls], "s")
     if state_mb is not None:
-        print(f"  per_key_state's state on disk    {state_mb:.1f} MB")
+        print(f"  per_key_state's state on disk    {state_mb:.3f} MB")
         figures.add("per_key_state's state on disk", state_mb, "MB")
     for job in sorted({j for r in ls for j in r["setup"]}):
         figures.add_median(f"{job} setup (its tables)", [r["setup"][job] for r in ls if job in r["setup"]], "s")
     for table in tables:
         phases = sorted({p for r in ls for p in r["phases"].get(table, {})})
         first = {p: statistics.median(r["phases"][table].get(p, 0) for r in ls if table in r["phases"]) for p in phases}
-        steady = {p: statistics.median(r["steady"][table].get(p, 0) for r in ls if table in r["steady"]) or 0 for p in phases}
+        steady = {p: statistics.median([r["steady"][table].get(p, 0) for r in ls if table in r["steady"]] or [0])
+                  for p in phases}  # (0: the table did not commit in a round's last 1.5 s)
         print(f"  {table} first commit after a restart, ms by phase (a steady commit's in brackets): "
               + ", ".join(f"{p} {first[p]:.0f} ({steady[p]:.0f})" for p in phases))
         for p in phases:
