@@ -168,10 +168,12 @@ class StateReader:
 
 
 def read_state(settings: Settings) -> MetaState:
-    """Fold the state topics up to their current end, once (no coordinator needed)."""
+    """Fold the state topics up to their ends as of one moment, once (no coordinator needed).
+    Exactly to those ends, not past them: a topic folded further than another could hold a
+    completion whose barrier's announcement, written before it, is past the other's fold."""
     reader = StateReader(settings, Topics(settings.topic_prefix))
     try:
-        return reader.read_to_end()
+        return reader.read_until(reader.end_offsets())
     finally:
         reader.close()
 

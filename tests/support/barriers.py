@@ -27,15 +27,12 @@ CREATE TABLE per_key AS SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) 
 def wait_for_barrier(
     settings: Settings, tables: list[str], covers: dict[int, int], topic: str, timeout: float = 120
 ) -> tuple[MetaState, int]:
-    """Newest common exact point whose cut covers ``covers`` (partition -> end offset). A read
-    folds each state topic at least to where it ended when the read began, one topic further than
-    another at times: a completion can be folded before its barrier's announcement (a CI
-    run's KeyError), so a point whose announcement is not folded yet waits for the next read."""
+    """Newest common exact point whose cut covers ``covers`` (partition -> end offset)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = read_state(settings)
         b = state.common_barrier(tables)
-        if b is not None and b in state.barriers:
+        if b is not None:
             cut = {c.partition: c.offset for c in state.barriers[b].cut if c.topic == topic}
             if all(cut.get(p, 0) >= end for p, end in covers.items()):
                 return state, b
