@@ -62,14 +62,15 @@ def run(settings: Settings, pipeline_files: tuple[str, ...], jobs: tuple[str, ..
     each job's barrier in progress commits (at most 20 s), then the jobs and Spark stop; a second
     signal stops at once. The jobs stay RUNNING for the coordinator: running the pipeline again
     continues them. Exit 0 once every job was stopped (`lockstep stop`), 1 if one ended FAILED
-    (--max-restarts), 130 after Ctrl-C, 143 after SIGTERM.
+    (--max-restarts) or Spark's driver JVM exited under the jobs (it exits on a fatal error such
+    as running out of memory; the message says so), 130 after Ctrl-C, 143 after SIGTERM.
     """
     from spark_jobs.ops.jobs import register_pipeline, select_jobs
     from spark_jobs.ops.renewals import Renewals
     from spark_jobs.ops.runner import STOP_DRAIN_S, Supervisor
     from spark_jobs.runtime.formats import check_sources
     from spark_jobs.runtime.job_metrics import serve
-    from spark_jobs.runtime.session import build_session, session_running
+    from spark_jobs.runtime.session import build_session, driver_exit_code, jvm_exited_error, session_running, stop_session
 
     if metrics_address is not None:
         serve(metrics_address)  # first: a bad or busy address is said before anything starts
@@ -82,6 +83,7 @@ def run(settings: Settings, pipeline_files: tuple[str, ...], jobs: tuple[str, ..
                                f"known: {', '.join(sorted(known))}")
     check_sources(pipeline.roots, settings.schema_registry_url)  # e.g. a column its source cannot fill
     report = lambda message: click.echo(message, err=True)  # noqa: E731
+    spark = None
     with stop_signals() as stopping, ExitStack() as cleanup:
         try:
             registered = register_pipeline(settings, pipeline)
@@ -98,7 +100,7 @@ def run(settings: Settings, pipeline_files: tuple[str, ...], jobs: tuple[str, ..
             spark = build_session(f"lockstep-{Path(pipeline_files[0]).stem}", settings=settings, master=master, conf=confs)
             stopping.reclaim()
             if owned:  # not a session this process had already (a test's, a notebook's)
-                cleanup.callback(spark.stop)
+                cleanup.callback(stop_session, spark)
             click.echo(f"Spark session up in {time.monotonic() - began:.1f} s", err=True)
             stopping.check()
             supervisor = Supervisor(spark, registered, settings, jobs, report=report, follow_status=True,
@@ -115,6 +117,10 @@ def run(settings: Settings, pipeline_files: tuple[str, ...], jobs: tuple[str, ..
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (Terminated): exit 130 or 143 once stopped
             click.echo(f"stopping: each job's barrier in progress commits first (at most {STOP_DRAIN_S:.0f} s) ...")
             raise
+        except Exception as exc:  # every call into a JVM that exited fails: say that it exited, once
+            if spark is None or (code := driver_exit_code(spark)) is None:
+                raise
+            raise jvm_exited_error(code) from exc
     failed = sorted(job for job, status in supervisor.ended.items() if status == JobStatus.FAILED)
     if failed:
         raise LockstepError(f"job(s) {', '.join(failed)} ended FAILED (the messages above say why); "

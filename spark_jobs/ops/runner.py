@@ -43,7 +43,7 @@ from spark_jobs.planning.pipeline import Job, Pipeline
 from spark_jobs.runtime.ingest import RootIngestion
 from spark_jobs.runtime.ivm import TableMaintainer
 from spark_jobs.runtime.job_metrics import job_metrics
-from spark_jobs.runtime.session import spark_error
+from spark_jobs.runtime.session import driver_exit_code, spark_error
 from spark_jobs.runtime.storage import Storage
 
 
@@ -365,6 +365,8 @@ class Supervisor:
         batches instead of cutting a Spark job off; then stop the queries."""
         if self._upkeep is not None:
             self._upkeep.close()
+        if driver_exit_code(self.spark) is not None:  # Spark's JVM is gone, and its queries with it
+            self.queries.clear()
         if drain_s > 0 and self.queries:
             self._drain_flag.parent.mkdir(parents=True, exist_ok=True)
             self._drain_flag.touch()

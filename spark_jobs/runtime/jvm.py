@@ -10,7 +10,7 @@ and read took 11.7 s with it against 15.6 s without (``bench.restart`` times who
 
 Example::
 
-    options = driver_java_options(settings)   # "-Xss32m -XX:SharedArchiveFile=... -Xlog:cds=off ..."
+    options = driver_java_options(settings)   # "-Xss32m -XX:ReservedCodeCacheSize=240m -XX:SharedArchiveFile=... ..."
 """
 
 from __future__ import annotations
@@ -25,7 +25,12 @@ from coordinator.settings import Settings
 # Stopping a query while its foreachBatch runs makes Spark match a regex against the whole
 # Python traceback (StreamExecution.isInterruptionException); with 1 MB thread stacks that
 # overflows and prints thousands of lines. Deeper stacks let the stop end cleanly.
-BASE_OPTIONS = "-Xss32m"
+# The code cache is the tiered JIT's default size for every JVM: with C1 only
+# (-XX:TieredStopAtLevel=1, for short-lived processes) the JVM reserves 48 MB, which Spark and
+# Delta fill within a minute of barriers. The JIT then stops for good, everything new runs
+# interpreted (the kill -9 drill's last run: 168 s with it, 227 s at 24 MB), and a method handle
+# the full cache has no room for is a VirtualMachineError, which Spark answers by exiting the JVM.
+BASE_OPTIONS = "-Xss32m -XX:ReservedCodeCacheSize=240m"
 # an archive the JVM cannot use is no error: it runs without, and says nothing
 QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 # Loggers whose warnings say nothing a Lockstep user can act on (their errors still show): a

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from coordinator.domain.errors import NotStarted
+from coordinator.domain.errors import LockstepError, NotStarted
 from coordinator.settings import Settings
 from spark_jobs.runtime.jvm import QUIET_LOGGERS, driver_java_options
 
@@ -169,8 +169,25 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level or "WARN")
     _quiet(spark, QUIET_LOGGERS)  # also where the driver did not start with ``jvm.log_config`` (spark-submit)
+    _quiet_accumulator_eof(spark)
     configure_storage(spark, settings)
     return spark
+
+
+def _quiet_accumulator_eof(spark: SparkSession) -> None:
+    """pyspark's accumulator server prints a traceback when the JVM's end of its connection
+    closes, which is how it learns that the JVM exited: ``lockstep run`` says that in one line
+    (``jvm_exited_error``). Its other errors are still printed."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None or getattr(server, "quiet_on_eof", False):
+        return
+    loud = server.handle_error
+
+    def handle_error(request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], EOFError):
+            loud(request, client_address)
+
+    server.handle_error, server.quiet_on_eof = handle_error, True
 
 
 def configure_storage(spark: SparkSession, settings: Settings) -> None:
@@ -189,6 +206,40 @@ def session_running() -> bool:
     from pyspark import SparkContext
 
     return SparkContext._active_spark_context is not None
+
+
+def driver_exit_code(spark: SparkSession) -> int | None:
+    """The exit code of the driver JVM this process started, once it has exited; None while it
+    runs, or when another process started it (spark-submit). Spark exits its JVM on a fatal
+    error in any of its threads (a VirtualMachineError such as an OutOfMemoryError), and every
+    call into it fails from then on: callers ask this to say so instead of failing on each call.
+
+    Example::
+
+        if (code := driver_exit_code(spark)) is not None:
+            raise LockstepError(f"Spark's JVM exited with code {code}")
+    """
+    proc = getattr(spark.sparkContext._gateway, "proc", None)  # type: ignore[attr-defined]
+    return None if proc is None else proc.poll()
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop ``spark`` unless its JVM exited already (a stop would fail on the closed connection
+    and hide why it exited)."""
+    if driver_exit_code(spark) is None:
+        spark.stop()
+
+
+def jvm_exited_error(code: int) -> LockstepError:
+    """What ``lockstep run`` says when Spark's driver JVM exited under its jobs."""
+    if code < 0:
+        how = f"was killed by signal {-code}"
+    else:
+        why = {52: "out of memory: give the driver more, e.g. --conf spark.driver.memory=4g",
+               50: "a fatal error in one of its threads, above"}.get(code, "its last error is above")
+        how = f"exited with code {code} ({why})"
+    return LockstepError(f"Spark's driver JVM {how}, and every job with it; running the pipeline again "
+                         "continues each job from its last committed barrier")
 
 
 def launched_by_spark_submit() -> bool:

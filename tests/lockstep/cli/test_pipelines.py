@@ -48,15 +48,10 @@ def test_run_exits_1_once_a_job_gave_up_failed(
     assert "error: job(s) maintain_broken ended FAILED" in result.output
 
 
-def test_ctrl_c_stops_the_jobs_and_exits_130(make_worker: Callable, make_topic: Callable, tmp_path: Path) -> None:
-    topic = make_topic()
-    worker = make_worker()
-    pipeline = tmp_path / "pipeline.sql"
-    pipeline.write_text(ROOT_TABLE.format(topic=topic))
-    env = {**worker.env, "LOCKSTEP_WAREHOUSE": str(tmp_path / "wh"), "PYSPARK_PYTHON": sys.executable}
-    metrics = f"127.0.0.1:{free_port()}"  # the jobs' own figures
-    run = subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline), "--metrics-address", metrics],
-                           env=env, stdout=subprocess.PIPE,
+def start_run(pipeline: Path, env: dict[str, str], *flags: str) -> tuple[subprocess.Popen[str], list[str], threading.Thread]:
+    """``lockstep run PIPELINE FLAGS`` in a session of its own, its output collected line by line
+    as it comes, once its job committed its first barrier."""
+    run = subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline), *flags], env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(run.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
@@ -65,6 +60,33 @@ def test_ctrl_c_stops_the_jobs_and_exits_130(make_worker: Callable, make_topic: 
         wait_until(lambda: run.poll() is not None or any("committed barrier" in line for line in lines),
                    "the job's first commit", 180)
         assert run.poll() is None, "".join(lines)[-3000:]
+    except BaseException:
+        os.killpg(run.pid, signal.SIGKILL)
+        raise
+    return run, lines, reader
+
+
+def java_child(pid: int) -> int:
+    """The pid of the JVM that process ``pid`` started (pyspark's gateway: Spark's driver)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            comm, rest = stat.read_text().split(" (", 1)[1].rsplit(")", 1)
+        except (OSError, IndexError, ValueError):
+            continue
+        if comm == "java" and int(rest.split()[1]) == pid:
+            return int(stat.parent.name)
+    raise AssertionError(f"process {pid} has no java child")
+
+
+def test_ctrl_c_stops_the_jobs_and_exits_130(make_worker: Callable, make_topic: Callable, tmp_path: Path) -> None:
+    topic = make_topic()
+    worker = make_worker()
+    pipeline = tmp_path / "pipeline.sql"
+    pipeline.write_text(ROOT_TABLE.format(topic=topic))
+    env = {**worker.env, "LOCKSTEP_WAREHOUSE": str(tmp_path / "wh"), "PYSPARK_PYTHON": sys.executable}
+    metrics = f"127.0.0.1:{free_port()}"  # the jobs' own figures
+    run, lines, reader = start_run(pipeline, env, "--metrics-address", metrics)
+    try:
         assert any(line.startswith("Spark session up in ") for line in lines)
         assert any(line.startswith(f"live page: {worker.url}") for line in lines)
         with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as response:
@@ -81,3 +103,24 @@ def test_ctrl_c_stops_the_jobs_and_exits_130(make_worker: Callable, make_topic: 
     out = "".join(lines)
     assert "stopping: each job's barrier in progress commits first" in out and "interrupted" in out
     assert "Traceback" not in out and "\tat " not in out, out[-3000:]  # the batch in progress was not cut off
+
+
+def test_a_driver_jvm_that_exits_under_the_jobs_is_said_once_with_exit_1(
+    make_worker: Callable, make_topic: Callable, tmp_path: Path,
+) -> None:
+    topic = make_topic()
+    pipeline = tmp_path / "pipeline.sql"
+    pipeline.write_text(ROOT_TABLE.format(topic=topic))
+    env = {**make_worker().env, "LOCKSTEP_WAREHOUSE": str(tmp_path / "wh"), "PYSPARK_PYTHON": sys.executable}
+    run, lines, reader = start_run(pipeline, env)
+    try:
+        os.kill(java_child(run.pid), signal.SIGKILL)  # as Spark's own exit on a fatal error, or the OOM killer
+        assert run.wait(60) == 1, "".join(lines)[-3000:]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    reader.join(10)
+    out = "".join(lines)
+    assert "error: Spark's driver JVM was killed by signal 9" in out, out[-3000:]
+    assert "running the pipeline again continues each job from its last committed barrier" in out
+    assert "Traceback" not in out and "did not stop cleanly" not in out, out[-3000:]

@@ -4,6 +4,7 @@ makes, and the user's own."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,12 @@ from spark_jobs.runtime.jvm import QUIET_LOGGERS, archive_path, driver_java_opti
 def test_the_archive_is_named_only_once_it_exists_and_the_users_options_come_last(tmp_path: Path) -> None:
     settings = Settings(jars=tmp_path / "jars", home=tmp_path / "home", driver_jvm_options="-XX:TieredStopAtLevel=1")
     logging = f"-Dlog4j2.configurationFile={(tmp_path / 'home' / 'spark' / 'log4j2.properties').absolute()}"
-    assert driver_java_options(settings) == f"-Xss32m {logging} -XX:TieredStopAtLevel=1"
+    assert driver_java_options(settings) == f"-Xss32m -XX:ReservedCodeCacheSize=240m {logging} -XX:TieredStopAtLevel=1"
     archive = archive_path(settings)
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"archive")
     options = driver_java_options(settings).split()
-    assert options[0] == "-Xss32m" and options[-1] == "-XX:TieredStopAtLevel=1"
+    assert options[:2] == ["-Xss32m", "-XX:ReservedCodeCacheSize=240m"] and options[-1] == "-XX:TieredStopAtLevel=1"
     assert f"-XX:SharedArchiveFile={archive.absolute()}" in options
     assert "-Xlog:cds=off" in options  # an archive the JVM cannot use is skipped without a word
 
@@ -57,3 +58,12 @@ def test_the_test_sessions_driver_maps_the_archive_setup_made(spark: SparkSessio
     assert any(a.startswith("-Dlog4j2.configurationFile=") for a in arguments)
     manager = jvm.org.apache.logging.log4j.LogManager
     assert all(str(manager.getLogger(name).getLevel()) == "ERROR" for name in QUIET_LOGGERS)
+
+
+@pytest.mark.integration
+def test_a_c1_only_driver_keeps_the_tiered_code_cache(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home", jars=tmp_path / "jars", driver_jvm_options="-XX:TieredStopAtLevel=1")
+    flags = subprocess.run(["java", *driver_java_options(settings).split(), "-XX:+PrintFlagsFinal", "-version"],
+                           capture_output=True, text=True, check=True).stdout
+    size = next(line.split()[3] for line in flags.splitlines() if " ReservedCodeCacheSize " in line)
+    assert int(size) == 240 * 2**20  # not C1's own 48 MB, which Spark fills within a minute
