@@ -43,7 +43,7 @@ from spark_jobs.planning.pipeline import Job, Pipeline
 from spark_jobs.runtime.ingest import RootIngestion
 from spark_jobs.runtime.ivm import TableMaintainer
 from spark_jobs.runtime.job_metrics import job_metrics
-from spark_jobs.runtime.session import driver_exit_code, spark_error
+from spark_jobs.runtime.session import driver_exit_code, jvm_exited_error, spark_error
 from spark_jobs.runtime.storage import Storage
 
 
@@ -191,7 +191,9 @@ class Supervisor:
 
     def poll(self) -> None:
         """Stop jobs that were ended, stop stuck ones (the watchdog), notice failed ones and
-        restart those whose backoff has passed."""
+        restart those whose backoff has passed. Raises once Spark's JVM exited: every job went with it."""
+        if (code := driver_exit_code(self.spark)) is not None:
+            raise jvm_exited_error(code)
         now = time.monotonic()
         state = self._state_each_second(now)
         if state is not None:

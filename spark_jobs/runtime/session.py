@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -169,25 +170,39 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level or "WARN")
     _quiet(spark, QUIET_LOGGERS)  # also where the driver did not start with ``jvm.log_config`` (spark-submit)
-    _quiet_accumulator_eof(spark)
+    _quiet_after_jvm_exit(spark)
     configure_storage(spark, settings)
     return spark
 
 
-def _quiet_accumulator_eof(spark: SparkSession) -> None:
-    """pyspark's accumulator server prints a traceback when the JVM's end of its connection
-    closes, which is how it learns that the JVM exited: ``lockstep run`` says that in one line
-    (``jvm_exited_error``). Its other errors are still printed."""
+def _quiet_after_jvm_exit(spark: SparkSession) -> None:
+    """Once the driver JVM exited, pyspark's threads that talk to it print tracebacks: its
+    accumulator server when the JVM's end of its connection closes, py4j's callback server for
+    the Python code (a foreachBatch) the JVM was running. ``lockstep run`` says in one line that
+    the JVM exited (``jvm_exited_error``); while it runs, their errors are printed as before."""
     server = getattr(spark.sparkContext, "_accumulatorServer", None)
-    if server is None or getattr(server, "quiet_on_eof", False):
-        return
-    loud = server.handle_error
+    if server is not None and not getattr(server, "quiet_on_eof", False):
+        loud = server.handle_error
 
-    def handle_error(request: object, client_address: object) -> None:
-        if not isinstance(sys.exc_info()[1], EOFError):
-            loud(request, client_address)
+        def handle_error(request: object, client_address: object) -> None:
+            if not isinstance(sys.exc_info()[1], EOFError):
+                loud(request, client_address)
 
-    server.handle_error, server.quiet_on_eof = handle_error, True
+        server.handle_error, server.quiet_on_eof = handle_error, True
+    callbacks = logging.getLogger("py4j.clientserver")
+    callbacks.filters = [f for f in callbacks.filters if not isinstance(f, _WhileJvmRuns)]
+    callbacks.addFilter(_WhileJvmRuns(spark))
+
+
+class _WhileJvmRuns(logging.Filter):
+    """Lets a record through only while ``spark``'s driver JVM runs."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        super().__init__()
+        self.spark = spark
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return driver_exit_code(self.spark) is None
 
 
 def configure_storage(spark: SparkSession, settings: Settings) -> None:

@@ -9,7 +9,9 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -48,22 +50,46 @@ def test_run_exits_1_once_a_job_gave_up_failed(
     assert "error: job(s) maintain_broken ended FAILED" in result.output
 
 
-def start_run(pipeline: Path, env: dict[str, str], *flags: str) -> tuple[subprocess.Popen[str], list[str], threading.Thread]:
-    """``lockstep run PIPELINE FLAGS`` in a session of its own, its output collected line by line
-    as it comes, once its job committed its first barrier."""
-    run = subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline), *flags], env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(run.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    try:
-        wait_until(lambda: run.poll() is not None or any("committed barrier" in line for line in lines),
-                   "the job's first commit", 180)
-        assert run.poll() is None, "".join(lines)[-3000:]
-    except BaseException:
-        os.killpg(run.pid, signal.SIGKILL)
-        raise
-    return run, lines, reader
+@dataclass
+class Running:
+    """A ``lockstep run`` in a session of its own, its output collected line by line as it comes."""
+
+    proc: subprocess.Popen[str]
+    lines: list[str]
+    reader: threading.Thread
+
+    @classmethod
+    def first_commit(cls, pipeline: Path, env: dict[str, str], *flags: str) -> Running:
+        """``lockstep run PIPELINE FLAGS``, once its job committed its first barrier."""
+        proc = subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline), *flags], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        running = cls(proc, lines, reader)
+        with running.killed_on_failure():
+            wait_until(lambda: proc.poll() is not None or any("committed barrier" in line for line in lines),
+                       "the job's first commit", 180)
+            assert proc.poll() is None, running.output()[-3000:]
+        return running
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    @contextmanager
+    def killed_on_failure(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            raise
+
+    def ended(self, code: int, within: float) -> str:
+        """Its whole output, once it exited with ``code`` within ``within`` seconds (killed if not)."""
+        with self.killed_on_failure():
+            assert self.proc.wait(within) == code, self.output()[-3000:]
+        self.reader.join(10)
+        return self.output()
 
 
 def java_child(pid: int) -> int:
@@ -85,22 +111,17 @@ def test_ctrl_c_stops_the_jobs_and_exits_130(make_worker: Callable, make_topic: 
     pipeline.write_text(ROOT_TABLE.format(topic=topic))
     env = {**worker.env, "LOCKSTEP_WAREHOUSE": str(tmp_path / "wh"), "PYSPARK_PYTHON": sys.executable}
     metrics = f"127.0.0.1:{free_port()}"  # the jobs' own figures
-    run, lines, reader = start_run(pipeline, env, "--metrics-address", metrics)
-    try:
-        assert any(line.startswith("Spark session up in ") for line in lines)
-        assert any(line.startswith(f"live page: {worker.url}") for line in lines)
+    run = Running.first_commit(pipeline, env, "--metrics-address", metrics)
+    with run.killed_on_failure():
+        assert any(line.startswith("Spark session up in ") for line in run.lines)
+        assert any(line.startswith(f"live page: {worker.url}") for line in run.lines)
         with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as response:
             figures = metric_samples(response.read().decode())
         assert figures[("lockstep_job_barriers_committed_total", (("job", "ingest_events"),))] >= 1
         assert figures[("lockstep_job_commit_seconds_count", (("job", "ingest_events"),))] >= 1
         assert any(name == "lockstep_job_phase_seconds_count" for name, _ in figures)
-        os.killpg(run.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
-        assert run.wait(120) == 130, "".join(lines)[-3000:]
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-    reader.join(10)
-    out = "".join(lines)
+        os.killpg(run.proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    out = run.ended(130, within=120)
     assert "stopping: each job's barrier in progress commits first" in out and "interrupted" in out
     assert "Traceback" not in out and "\tat " not in out, out[-3000:]  # the batch in progress was not cut off
 
@@ -112,15 +133,10 @@ def test_a_driver_jvm_that_exits_under_the_jobs_is_said_once_with_exit_1(
     pipeline = tmp_path / "pipeline.sql"
     pipeline.write_text(ROOT_TABLE.format(topic=topic))
     env = {**make_worker().env, "LOCKSTEP_WAREHOUSE": str(tmp_path / "wh"), "PYSPARK_PYTHON": sys.executable}
-    run, lines, reader = start_run(pipeline, env)
-    try:
-        os.kill(java_child(run.pid), signal.SIGKILL)  # as Spark's own exit on a fatal error, or the OOM killer
-        assert run.wait(60) == 1, "".join(lines)[-3000:]
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-    reader.join(10)
-    out = "".join(lines)
+    run = Running.first_commit(pipeline, env)
+    with run.killed_on_failure():
+        os.kill(java_child(run.proc.pid), signal.SIGKILL)  # as Spark's own exit on a fatal error, or the OOM killer
+    out = run.ended(1, within=60)
     assert "error: Spark's driver JVM was killed by signal 9" in out, out[-3000:]
     assert "running the pipeline again continues each job from its last committed barrier" in out
     assert "Traceback" not in out and "did not stop cleanly" not in out, out[-3000:]
