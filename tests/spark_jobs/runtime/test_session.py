@@ -9,13 +9,25 @@ import pytest
 from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
-from spark_jobs.runtime.session import SparkSetupError, spark_jars
+from spark_jobs.runtime.session import SparkSetupError, jvm_exited_error, spark_jars
 
 
 def test_missing_jars_explain_how_to_fix(tmp_path: Path) -> None:
     settings = dataclasses.replace(Settings.from_env({}), jars=tmp_path)
     with pytest.raises(SparkSetupError, match="scripts/setup"):
         spark_jars(settings)
+
+
+@pytest.mark.parametrize(("code", "said"), [
+    (52, "exited with code 52 (out of memory: give the driver more, e.g. --conf spark.driver.memory=4g)"),
+    (50, "exited with code 50 (a fatal error in one of its threads, above)"),
+    (-9, "was killed by signal 9"),
+    (1, "exited with code 1 (its last error is above)"),
+])
+def test_a_driver_jvm_that_exited_is_said_with_what_its_code_means(code: int, said: str) -> None:
+    message = str(jvm_exited_error(code))
+    assert message.startswith(f"Spark's driver JVM {said}, and every job with it")
+    assert message.endswith("running the pipeline again continues each job from its last committed barrier")
 
 
 @pytest.mark.integration
