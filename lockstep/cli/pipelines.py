@@ -118,7 +118,7 @@ def run(settings: Settings, pipeline_files: tuple[str, ...], jobs: tuple[str, ..
             click.echo(f"stopping: each job's barrier in progress commits first (at most {STOP_DRAIN_S:.0f} s) ...")
             raise
         except Exception as exc:  # every call into a JVM that exited fails: say that it exited, once
-            if isinstance(exc, LockstepError) or spark is None or (code := driver_exit_code(spark)) is None:
+            if isinstance(exc, LockstepError) or spark is None or (code := driver_exit_code(spark, wait=5.0)) is None:
                 raise
             raise jvm_exited_error(code) from exc
     failed = sorted(job for job, status in supervisor.ended.items() if status == JobStatus.FAILED)

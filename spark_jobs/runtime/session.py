@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from py4j.protocol import Py4JNetworkError
 from pyspark.sql import SparkSession
 
 from coordinator.domain.errors import LockstepError, NotStarted
@@ -178,8 +180,9 @@ def build_session(
 def _quiet_after_jvm_exit(spark: SparkSession) -> None:
     """Once the driver JVM exited, pyspark's threads that talk to it print tracebacks: its
     accumulator server when the JVM's end of its connection closes, py4j's callback server for
-    the Python code (a foreachBatch) the JVM was running. ``lockstep run`` says in one line that
-    the JVM exited (``jvm_exited_error``); while it runs, their errors are printed as before."""
+    the Python code (a foreachBatch) the JVM was running, and py4j's client for a call it could
+    not send (on the root logger). ``lockstep run`` says in one line that the JVM exited
+    (``jvm_exited_error``); while it runs, their errors are printed as before."""
     server = getattr(spark.sparkContext, "_accumulatorServer", None)
     if server is not None and not getattr(server, "quiet_on_eof", False):
         loud = server.handle_error
@@ -189,9 +192,9 @@ def _quiet_after_jvm_exit(spark: SparkSession) -> None:
                 loud(request, client_address)
 
         server.handle_error, server.quiet_on_eof = handle_error, True
-    callbacks = logging.getLogger("py4j.clientserver")
-    callbacks.filters = [f for f in callbacks.filters if not isinstance(f, _WhileJvmRuns)]
-    callbacks.addFilter(_WhileJvmRuns(spark))
+    for logger in (logging.getLogger("py4j.java_gateway"), logging.getLogger("py4j.clientserver"), logging.getLogger()):
+        logger.filters = [f for f in logger.filters if not isinstance(f, _WhileJvmRuns)]
+        logger.addFilter(_WhileJvmRuns(spark))
 
 
 class _WhileJvmRuns(logging.Filter):
@@ -202,7 +205,9 @@ class _WhileJvmRuns(logging.Filter):
         self.spark = spark
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return driver_exit_code(self.spark) is None
+        # the connection closes a moment before the JVM has exited: a lost connection waits for it
+        lost = record.exc_info is not None and isinstance(record.exc_info[1], (Py4JNetworkError, ConnectionError))
+        return driver_exit_code(self.spark, wait=3.0 if lost else 0.0) is None
 
 
 def configure_storage(spark: SparkSession, settings: Settings) -> None:
@@ -223,11 +228,13 @@ def session_running() -> bool:
     return SparkContext._active_spark_context is not None
 
 
-def driver_exit_code(spark: SparkSession) -> int | None:
-    """The exit code of the driver JVM this process started, once it has exited; None while it
-    runs, or when another process started it (spark-submit). Spark exits its JVM on a fatal
-    error in any of its threads (a VirtualMachineError such as an OutOfMemoryError), and every
-    call into it fails from then on: callers ask this to say so instead of failing on each call.
+def driver_exit_code(spark: SparkSession, wait: float = 0.0) -> int | None:
+    """The exit code of the driver JVM this process started, once it has exited (within ``wait``
+    seconds); None while it runs, or when another process started it (spark-submit). Spark
+    exits its JVM on a fatal error in any of its threads (a VirtualMachineError such as an
+    OutOfMemoryError), and every call into it fails from then on: callers ask this to say so
+    instead of failing on each call. Its connections close a moment before it has exited: a
+    caller that just lost one waits a little.
 
     Example::
 
@@ -235,7 +242,12 @@ def driver_exit_code(spark: SparkSession) -> int | None:
             raise LockstepError(f"Spark's JVM exited with code {code}")
     """
     proc = getattr(spark.sparkContext._gateway, "proc", None)  # type: ignore[attr-defined]
-    return None if proc is None else proc.poll()
+    if proc is None:
+        return None
+    try:
+        return proc.wait(wait) if wait > 0 else proc.poll()
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def stop_session(spark: SparkSession) -> None:
