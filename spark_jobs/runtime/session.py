@@ -179,10 +179,11 @@ def build_session(
 
 def _quiet_after_jvm_exit(spark: SparkSession) -> None:
     """Once the driver JVM exited, pyspark's threads that talk to it print tracebacks: its
-    accumulator server when the JVM's end of its connection closes, py4j's callback server for
-    the Python code (a foreachBatch) the JVM was running, and py4j's client for a call it could
-    not send (on the root logger). ``lockstep run`` says in one line that the JVM exited
-    (``jvm_exited_error``); while it runs, their errors are printed as before."""
+    accumulator server when the JVM's end of its connection closes (an EOF there, which only the
+    JVM's exit brings, is not printed), py4j's callback server for the Python code (a
+    foreachBatch) the JVM was running, and py4j's client for a call it could not send (on the
+    root logger). ``lockstep run`` says in one line that the JVM exited (``jvm_exited_error``);
+    while it runs, py4j's errors are printed as before."""
     server = getattr(spark.sparkContext, "_accumulatorServer", None)
     if server is not None and not getattr(server, "quiet_on_eof", False):
         loud = server.handle_error
