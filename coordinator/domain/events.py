@@ -36,11 +36,15 @@ class JobStatus(StrEnum):
 
 TABLE_KINDS: Final = tuple(TableKind)
 END_STATUSES: Final = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
+NO_PARTITIONS: Final = -1  # a CutEntry's partition for a topic measured when it did not exist yet
 
 
 @dataclass(frozen=True)
 class CutEntry:
-    """End offset of one external topic-partition when a barrier was announced."""
+    """End offset of one external topic-partition when a barrier was announced. A topic that did
+    not exist yet has one entry with partition ``NO_PARTITIONS``: it was measured, and holds
+    nothing. A topic with no entry was not measured (its job registered while the cut was taken),
+    so no job of it may claim the barrier (``work.work_for``)."""
 
     topic: str
     partition: int

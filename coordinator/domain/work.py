@@ -25,7 +25,7 @@ from typing import Any
 
 from coordinator.domain.barriers import commit_points
 from coordinator.domain.errors import LockstepError
-from coordinator.domain.events import END_STATUSES, JobState, OffsetRange
+from coordinator.domain.events import END_STATUSES, NO_PARTITIONS, JobState, OffsetRange
 from coordinator.domain.state import MetaState
 
 EARLIEST = -2  # an offset range's start when the partition is read from its first record (Kafka's -2)
@@ -84,9 +84,10 @@ def ready_barrier(state: MetaState, job: JobState) -> int:
 def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int = 10) -> list[BarrierWork]:
     """The barriers in ``(start, end]`` that ``job`` commits, with what it needs for each. A job
     more than ``stride`` barriers behind folds them into commits at multiples of ``stride``; a
-    root job then reads from the cut of the barrier it processed before. Barriers the job's table
-    already has as exact points (a restart whose checkpoint lagged its last commit) are skipped:
-    it goes on after its newest one, whose records pruning keeps (``pruning``)."""
+    root job then reads from the cut of the barrier it processed before, and skips a barrier
+    whose cut did not measure all its topics. Barriers the job's table already has as exact
+    points (a restart whose checkpoint lagged its last commit) are skipped: it goes on after its
+    newest one, whose records pruning keeps (``pruning``)."""
     done = state.latest_exact(job.sink)
     if done is not None and job.resume_barrier <= done <= end:
         start = max(start, done)
@@ -100,8 +101,14 @@ def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int 
             continue
         work = BarrierWork(b, job.generation, announced.ts_ms)
         if job.external_topics:
+            if not set(job.external_topics) <= {c.topic for c in announced.cut}:
+                # cut while the job's registration was on its way to the leader: what its topics
+                # held at this barrier is unknown, so it must not claim it (a table of a source's
+                # transactions would hold fewer of them than its siblings do); the next cut has them
+                continue
             first = previous <= job.resume_barrier and not state.completions.get(job.sink, {}).get(previous)
-            ends = {(c.topic, c.partition): c.offset for c in announced.cut if c.topic in job.external_topics}
+            ends = {(c.topic, c.partition): c.offset for c in announced.cut
+                    if c.topic in job.external_topics and c.partition != NO_PARTITIONS}
             before = {} if first else _cut_before(state, previous, set(ends), job.sink)
             offsets = [OffsetRange(t, p, before.get((t, p), EARLIEST), end) for (t, p), end in ends.items()]
             out.append(replace(work, offsets=offsets, restore_to=None if out else restore))

@@ -41,7 +41,7 @@ from coordinator.domain import (
 from coordinator.domain.barriers import BarrierConfig
 from coordinator.domain.decide import abandoned_tables
 from coordinator.domain.delays import kafka_backlog
-from coordinator.domain.events import split_key
+from coordinator.domain.events import NO_PARTITIONS, split_key
 from coordinator.domain.pacer import Pacer
 from coordinator.domain.pruning import prunable
 from coordinator.domain.roles import Role
@@ -213,19 +213,20 @@ class Coordinator:
     # -- barrier clock and lease expiry (leader only) ------------------------------------------------
 
     def cut(self, topics: list[str]) -> list[CutEntry]:
-        """End offsets (read_committed) of every partition of the given external topics."""
+        """End offsets (read_committed) of every partition of the given external topics; a topic
+        that does not exist yet is measured as holding nothing (``NO_PARTITIONS``)."""
         if not topics:
             return []
         metadata = self.offsets.topics()
-        request = []
+        request, missing = [], []
         for topic in topics:
             if topic not in metadata:
-                log.warning("external topic %s does not exist yet; its cut is empty", topic)
+                log.warning("external topic %s does not exist yet; its cut holds nothing of it", topic)
+                missing.append(CutEntry(topic, NO_PARTITIONS, 0))
                 continue
             request += [TopicPartition(topic, p) for p in metadata[topic].partitions]
-        if not request:
-            return []
-        return [CutEntry(tp.topic, tp.partition, offset) for tp, offset in self.offsets.latest(request, committed=True).items()]
+        ends = self.offsets.latest(request, committed=True).items() if request else ()
+        return missing + [CutEntry(tp.topic, tp.partition, offset) for tp, offset in ends]
 
     def kafka_backlog(self) -> dict[str, int]:
         """Per root table, the records its job has still to read (``delays.kafka_backlog``): the

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from coordinator.client.rest import get_json
 from coordinator.domain.errors import LockstepError
-from coordinator.domain.events import END_STATUSES, JobStatus, TableKind
+from coordinator.domain.events import END_STATUSES, NO_PARTITIONS, JobStatus, TableKind
 from coordinator.settings import Settings
 from lockstep.cli.common import delay_tables, echo_json, format_option
 
@@ -109,7 +109,8 @@ def barriers_tail(settings: Settings, from_beginning: bool, count: int | None, f
                 click.echo(json.dumps({"barrier": b.barrier, "ts_ms": b.ts_ms, "time": when,
                                        "cut": [{"topic": c.topic, "partition": c.partition, "offset": c.offset} for c in b.cut]}))
             else:
-                cut = ", ".join(f"{c.topic}[{c.partition}]={c.offset}" for c in b.cut) or "no external topics"
+                cut = ", ".join(f"{c.topic}[{c.partition}]={c.offset}" if c.partition != NO_PARTITIONS
+                                else f"{c.topic} (did not exist yet)" for c in b.cut) or "no external topics"
                 click.echo(f"barrier {b.barrier}  {when}  {cut}")
             seen += 1
     finally:

@@ -105,9 +105,10 @@ class TransactionAlignment:
         tx_ranges = [r for r in ranges if r.topic == self.table.transactions]
         data = [r for r in ranges if r.topic == self.table.topic]
         if not data:
-            # a cut taken before this table's topic was measured (its job registered after another
-            # job of the source did): it holds none of the table's events, so it must not take the
-            # ENDs either; they stay for the next barrier
+            # a cut taken when this table's topic did not exist yet (a cut that did not measure it
+            # is never this job's work: ``work_for``): none of the table's events, so none of the
+            # ENDs either; they stay for the next barrier (Debezium creates a table's topic with
+            # its first event, before the END of the transaction that wrote it)
             return [replace(r, end=r.start) for r in tx_ranges]
         raw = read_ranges(self.spark, self.kafka_options, self.table.transactions or "", tx_ranges)
         ended = markers([r.value for r in raw.select("value").collect()] if raw is not None else [],

@@ -6,7 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import astuple
 
-from coordinator.domain import BarrierAnnounced, BarrierCompleted, CutEntry, MetaState, OffsetRange, RequestRevision, fold
+from coordinator.domain import (
+    BarrierAnnounced,
+    BarrierCompleted,
+    CutEntry,
+    DeclareTable,
+    MetaState,
+    OffsetRange,
+    RegisterJob,
+    RequestRevision,
+    fold,
+)
+from coordinator.domain.events import NO_PARTITIONS
 from coordinator.domain.pruning import prunable
 from coordinator.domain.work import EARLIEST, EMPTY, ready_barrier, work_for
 
@@ -45,6 +56,36 @@ def test_a_root_job_continues_from_the_last_cut_that_has_its_topic(make_state: C
                        shopping_topology=True)
     (work,) = work_for(state, state.jobs["ingest_shopping"], 4, 5)
     assert work.offsets == [OffsetRange("shopping_source", 0, 10, 25)]  # not from the earliest offset again
+
+
+def test_a_root_job_skips_a_barrier_cut_before_its_topics_were_measured(make_state: Callable[..., MetaState]) -> None:
+    # Two tables of one source's transactions: the orders job registered while barrier 2's cut was
+    # taken, so the cut has the transaction topic (the lines job reads it too) but not its own
+    # topic. Committing barrier 2 empty would hold fewer transactions than lines does there.
+    both = ("orders_topic", "tx_topic")
+    cuts = [BarrierAnnounced(1, 1000, (CutEntry("lines_topic", 0, 4), CutEntry("tx_topic", 0, 2))),
+            BarrierAnnounced(2, 2000, (CutEntry("lines_topic", 0, 6), CutEntry("tx_topic", 0, 3))),
+            BarrierAnnounced(3, 3000, (CutEntry("lines_topic", 0, 8), CutEntry("orders_topic", 0, 5),
+                                       CutEntry("tx_topic", 0, 4)))]
+    state = make_state(DeclareTable("d", "orders", "root"), *cuts[:1],
+                       RegisterJob("r", "ingest_orders", "orders", external_topics=both), *cuts[1:])
+    job = state.jobs["ingest_orders"]
+    assert job.resume_barrier == 1
+    work = work_for(state, job, job.resume_barrier, ready_barrier(state, job))
+    assert [(w.barrier, w.offsets) for w in work] == [
+        (3, [OffsetRange("orders_topic", 0, EARLIEST, 5), OffsetRange("tx_topic", 0, EARLIEST, 4)])]
+
+
+def test_a_topic_measured_before_it_existed_holds_nothing_and_the_barrier_is_committed(
+    make_state: Callable[..., MetaState],
+) -> None:
+    missing = BarrierAnnounced(1, 1000, (CutEntry("shopping_source", NO_PARTITIONS, 0),))
+    created = BarrierAnnounced(2, 2000, (CutEntry("shopping_source", 0, 7), CutEntry("shopping_source", 1, 3)))
+    state = make_state(missing, created, shopping_topology=True)
+    job = state.jobs["ingest_shopping"]
+    work = work_for(state, job, job.resume_barrier, ready_barrier(state, job))
+    assert [(w.barrier, w.offsets) for w in work] == [
+        (1, []), (2, [OffsetRange("shopping_source", 0, EARLIEST, 7), OffsetRange("shopping_source", 1, EARLIEST, 3)])]
 
 
 def test_intermediate_jobs_take_only_exact_points_of_all_sources(make_state: Callable[..., MetaState]) -> None:
