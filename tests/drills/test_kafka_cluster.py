@@ -5,17 +5,21 @@ table committed is published once, and every record is in the tables exactly onc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
+from coordinator.client.offsets import EndOffsets
 from coordinator.client.topics import create_topics
 from coordinator.dev.broker import LocalKafkaCluster
 from coordinator.dev.service import free_port
@@ -52,6 +56,22 @@ def cluster(base_settings: Settings, tmp_path: Path) -> Iterator[LocalKafkaClust
         kafka.down()
 
 
+class EndsAsked(threading.Thread):
+    """Asks the end offsets of ``partitions`` as the barrier clock does, every 0.5 s, keeping the
+    lowest of each answer: a refusal while a leader moves is an answer, a negative end is not."""
+
+    def __init__(self, offsets: EndOffsets, partitions: list[TopicPartition]) -> None:
+        super().__init__(daemon=True)
+        self.offsets, self.partitions, self.halt = offsets, partitions, threading.Event()
+        self.answers: list[int] = []
+
+    def run(self) -> None:
+        while not self.halt.wait(0.5):
+            with contextlib.suppress(KafkaException):
+                self.answers.append(min(self.offsets.latest(self.partitions, committed=True).values()))
+        self.offsets.close()
+
+
 def newest_barrier(worker: Worker) -> int:
     """The newest barrier the worker lists; -1 while it does not answer (its broker connections
     fail over while brokers die and restart beside it on this machine)."""
@@ -78,10 +98,20 @@ def test_a_pipeline_loses_neither_a_barrier_nor_a_record_when_a_broker_and_then_
     register_pipeline(settings, pipeline)
     feed = SequencedFeed(cluster.bootstrap, topic, KEYS, pause=0.005)
     reports: list[str] = []
+    phases: dict[str, float] = {}
+    began = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal began
+        phases[name], began = round(time.monotonic() - began), time.monotonic()
+
     with supervised(spark, pipeline, settings, report=reports.append, max_backoff=4) as supervisor:
         feed.start()
         wait_for_barrier(settings, ["events", "per_key"], wait_until(feed.ends, "records delivered", 30), topic,
                          timeout=180)
+        phase("first records")
+        asking = EndsAsked(EndOffsets(settings), [TopicPartition(topic, p) for p in (0, 1)])
+        asking.start()
         controller = cluster.controller_id()
         victims = [next(n for n in cluster.node_ids if n != controller), controller]
         for victim in victims:
@@ -94,17 +124,23 @@ def test_a_pipeline_loses_neither_a_barrier_nor_a_record_when_a_broker_and_then_
                 counters = [line for line in worker.get_text("/metrics").splitlines() if line.startswith("lockstep_")
                             and ("failures" in line or "held_back" in line or "lag" in line)]
                 raise AssertionError(f"{exc}; the runner said: {reports[-4:]}; the worker: {counters}") from None
+            phase(f"node {victim} dead")
             cluster.node(victim).up()
+            phase(f"node {victim} up")
         feed.halt.set()
         feed.join(90)
         assert not feed.is_alive() and not feed.errors, f"the producer lost records: {feed.errors[:5]}"
         state, b = wait_for_barrier(settings, ["events", "per_key"], feed.ends(), topic, timeout=300)
         restarted = dict(supervisor.failures)
+        asking.halt.set()
+        asking.join(60)
+        phase("the rest")
 
+    assert asking.answers and min(asking.answers) >= 0, f"ends asked while leaders died: {sorted(set(asking.answers))[:5]}"
     check_each_record_once(spark, settings, state, b, topic, feed.expected())
     for table in ("events", "per_key"):
         check_published_versions(spark, settings, state, table, b)
     ids = sorted(read_state(settings).barriers)
     assert ids == list(range(ids[0], ids[-1] + 1)), "a barrier id was skipped across the broker deaths"
     print(f"{len(feed.sent)} records; killed nodes {victims} (the second was the controller); barriers "
-          f"{ids[0]}..{ids[-1]}; jobs restarted: {restarted}; reports: {reports[-3:]}")
+          f"{ids[0]}..{ids[-1]}; jobs restarted: {restarted}; reports: {reports[-3:]}; seconds: {phases}")
