@@ -8,12 +8,6 @@ failure that a leader change explains makes a new client, with fresh metadata, a
 for up to ``RETRY_S`` seconds. An end it answers for a partition whose leader just died can be
 -1001 (no offset) without an error: that counts as such a failure too, never as a cut.
 
-A client that asked a broker that then died also reconnects to it without pause for as long as
-it stays down (librdkafka 2.16: 8 s of CPU in every 10 s on a 3-node cluster with one node
-killed), though its answers come from the new leaders. So once the cluster stops listing a
-broker the client knew (checked at most every ``RENEW_S``), the client is replaced: a new one
-knows only the brokers the cluster still lists.
-
 Example::
 
     offsets = EndOffsets(settings)
@@ -23,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,7 +27,6 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_de
 from coordinator.settings import Settings
 
 RETRY_S = 30.0
-RENEW_S = 5.0
 # Errors that pass once the cluster has (re)elected the partition's leader and the client knows it
 LEADER_CHANGES = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -55,31 +47,16 @@ class EndOffsets:
         self._config = settings.kafka_config({"log_level": 3}, client="lockstep-offsets")
         self._lock = threading.Lock()
         self._admin: AdminClient | None = AdminClient(self._config)
-        self._brokers: set[int] = set()  # every broker the client has known
-        self._checked_at = time.monotonic()
 
-    def _renew(self, _retry: RetryCallState | None = None) -> None:
+    def _renew(self, _retry: RetryCallState) -> None:
         with self._lock:
             if self._admin is not None:
-                self._admin, self._brokers = AdminClient(self._config), set()
+                self._admin = AdminClient(self._config)
 
-    def _current(self, check: bool = True) -> AdminClient:
-        """The client, renewed first if the cluster has stopped listing a broker it knew (with
-        ``check``: at most every ``RENEW_S``, one metadata request)."""
-        admin = self._admin
-        if admin is not None and check and time.monotonic() - self._checked_at >= RENEW_S:
-            self._listed(admin.list_topics(timeout=10))
+    def _current(self) -> AdminClient:
         if self._admin is None:
             raise RuntimeError("end offsets asked of a closed EndOffsets")
         return self._admin
-
-    def _listed(self, metadata: Any) -> None:
-        """What the cluster listed: renew the client if a broker it knew is gone."""
-        self._checked_at = time.monotonic()
-        brokers = set(metadata.brokers)
-        if self._brokers - brokers:
-            self._renew()
-        self._brokers |= brokers
 
     def close(self) -> None:
         """Let go of the admin client: librdkafka closes its connections once it is freed, so no
@@ -104,6 +81,4 @@ class EndOffsets:
 
     def topics(self) -> dict[str, Any]:
         """The cluster's topics (name -> TopicMetadata) as its metadata says now."""
-        metadata = self._current(check=False).list_topics(timeout=10)
-        self._listed(metadata)
-        return dict(metadata.topics)
+        return dict(self._current().list_topics(timeout=10).topics)
