@@ -98,7 +98,7 @@ def test_a_pipeline_loses_neither_a_barrier_nor_a_record_when_a_broker_and_then_
     register_pipeline(settings, pipeline)
     feed = SequencedFeed(cluster.bootstrap, topic, KEYS, pause=0.005)
     reports: list[str] = []
-    phases: dict[str, float] = {}
+    phases: dict[str, int] = {}
     began = time.monotonic()
 
     def phase(name: str) -> None:
