@@ -8,6 +8,11 @@ failure that a leader change explains makes a new client, with fresh metadata, a
 for up to ``RETRY_S`` seconds. An end it answers for a partition whose leader just died can be
 -1001 (no offset) without an error: that counts as such a failure too, never as a cut.
 
+While a request waits on a leader that died, librdkafka 2.16's admin client reconnects to it
+without pause (tens of thousands of refused connects a second, a core's worth of CPU) until the
+request times out. So a request waits ``REQUEST_S`` at most, and after a timeout no request is
+outstanding for ``PAUSE_S``: until the cluster elects a new leader, half the time spins, not all.
+
 Example::
 
     offsets = EndOffsets(settings)
@@ -22,17 +27,26 @@ from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]  # exported, not in __all__
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_fixed
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay
 
 from coordinator.settings import Settings
 
 RETRY_S = 30.0
+REQUEST_S = 2.0  # one request's wait; a live leader answers in milliseconds
+PAUSE_S = 2.0  # the wait after a request timed out: no client asks a leader that does not answer
+TIMEOUTS = frozenset({KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT})
 # Errors that pass once the cluster has (re)elected the partition's leader and the client knows it
 LEADER_CHANGES = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.REQUEST_TIMED_OUT,
     KafkaError._UNKNOWN_PARTITION, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
 })
+
+
+def _pause(retry: RetryCallState) -> float:
+    """Seconds to wait before asking again: ``PAUSE_S`` after a timeout, else a moment."""
+    exc = retry.outcome.exception() if retry.outcome else None
+    return PAUSE_S if isinstance(exc, KafkaException) and exc.args[0].code() in TIMEOUTS else 0.2
 
 
 def leader_changing(exc: BaseException) -> bool:
@@ -70,9 +84,9 @@ class EndOffsets:
         request = {TopicPartition(tp.topic, tp.partition): OffsetSpec.latest() for tp in partitions}  # type: ignore[no-untyped-call]
         isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         for attempt in Retrying(retry=retry_if_exception(leader_changing), stop=stop_after_delay(RETRY_S),
-                                wait=wait_fixed(0.2), before_sleep=self._renew, reraise=True):
+                                wait=_pause, before_sleep=self._renew, reraise=True):
             with attempt:
-                futures = self._current().list_offsets(request, isolation_level=isolation, request_timeout=10)
+                futures = self._current().list_offsets(request, isolation_level=isolation, request_timeout=REQUEST_S)
                 ends = {tp: int(future.result().offset) for tp, future in futures.items()}
                 if unknown := sorted(f"{tp.topic}[{tp.partition}]" for tp, end in ends.items() if end < 0):
                     raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
