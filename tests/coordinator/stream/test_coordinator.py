@@ -8,10 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from coordinator.client.topics import Topics, ensure_topics
 from coordinator.codec import default_codec
 from coordinator.domain import CutEntry, DeclareTable, RegisterJob, RequestRevision
+from coordinator.domain.events import NO_PARTITIONS
 from coordinator.domain.roles import Role
 from coordinator.domain.work import work_for
 from coordinator.settings import Settings
@@ -91,3 +93,25 @@ def test_a_job_registered_while_a_barrier_is_cut_skips_that_barrier_and_reads_fr
         assert [w.barrier for w in work_for(state, job, job.resume_barrier, second.barrier)] == [second.barrier]
     finally:
         coordinator.stop()
+
+
+def test_a_topic_that_does_not_exist_yet_is_cut_as_one_entry_holding_nothing(
+    settings: Settings, make_topic: Callable[..., str], kafka_bootstrap: str
+) -> None:
+    # "No entry" must keep meaning "not measured" (the skip rule above); a missing topic is measured.
+    settings = dataclasses.replace(settings, topic_prefix=f"t{uuid.uuid4().hex[:8]}")
+    topics = Topics(settings.topic_prefix)
+    ensure_topics(settings, topics)
+    there, missing = make_topic(partitions=2), f"t_{uuid.uuid4().hex[:10]}"
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for _ in range(3):
+        producer.produce(there, b"x", partition=1)
+    assert producer.flush(30) == 0
+    coordinator = Coordinator(settings, topics)
+    coordinator.start()
+    try:
+        cut = coordinator.cut([there, missing])
+    finally:
+        coordinator.stop()
+    assert len(cut) == 3
+    assert set(cut) == {CutEntry(there, 0, 0), CutEntry(there, 1, 3), CutEntry(missing, NO_PARTITIONS, 0)}
