@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import hypothesis
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -33,6 +34,11 @@ pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.suppor
 # integration and not slow"``, run first by scripts/test) never waits for one.
 SERVER_FIXTURES = frozenset({"kafka_bootstrap", "spark", "local_s3", "cdc_stack", "make_browser"})
 
+
+# No per-example deadline: on a busy 2-core machine a pure fold's example can take past
+# hypothesis' 200 ms, and a slow example is not a wrong one.
+hypothesis.settings.register_profile("lockstep", deadline=None)
+hypothesis.settings.load_profile("lockstep")
 
 # The files that take minutes each (fresh-clone runs on 2 cores), longest first, those that start
 # JVMs of their own (drills: jobs, brokers, clusters) between those that use the session's Spark:

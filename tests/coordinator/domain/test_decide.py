@@ -385,7 +385,7 @@ def test_a_pending_table_being_registered_is_never_taken_for_abandoned(make_stat
     assert "unknown table 'nope'" in rejection(registered, AbandonTable("d", "nope", 0))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(gaps=st.lists(st.integers(0, 70_000), min_size=8, max_size=8),
        leader=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7), st.integers(0, 7)), max_size=6))
 def test_no_interleaving_of_the_leader_s_abandonment_undoes_a_registration(

@@ -29,7 +29,7 @@ def pruned(state: MetaState, retain: int) -> MetaState:
     return fold_all(prunable(state, retain), state.copy())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(state_topics, st.integers(0, 6))
 def test_pruning_keeps_every_point_someone_can_still_read(topics: dict[str, list[Any]], retain: int) -> None:
     state = fold_all([r for records in topics.values() for r in records])

@@ -53,7 +53,7 @@ def histories(draw: st.DrawFn) -> tuple[list[dict[str, int]], dict[str, int], li
     return transactions, snapshot, barriers
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(histories())
 def test_tables_aligned_alone_hold_the_same_whole_transactions_at_every_barrier(history: tuple) -> None:
     transactions, snapshot, barriers = history
