@@ -7,8 +7,10 @@ A job is *behind* when a barrier newer than its table's newest exact point is re
 others). It is *stuck* once it has been behind for ``stuck_after_s`` seconds (``LOCKSTEP_STUCK_AFTER_S``)
 with no sign of progress: no new exact point of its table, and no Spark work of its query moving
 (a new Spark job, or a task finished). A long barrier whose tasks keep finishing is never taken
-for stuck. Each restart without progress doubles the bound for that job (60 s, 120 s, 240 s ...),
-so work that only the driver does (a long Delta commit) still ends; an exact point resets it.
+for stuck. Each restart doubles the bound for that job (60 s, 120 s, 240 s ...), so work that
+only the driver does (a long Delta commit) still ends. The bound goes back once no barrier waits
+for the job, not at its first commit: a restarted job does more per barrier while it catches up,
+and a job whose barriers need the longer bound would otherwise be restarted every other barrier.
 
 Looking at a query's Spark work costs the driver 5-50 ms (Spark scans every job it keeps for the
 query's job group), so the watchdog looks once every ``LOOK_EVERY_S`` (a sixth of the bound when
@@ -45,7 +47,7 @@ class Watchdog:
 
     stuck_after_s: float
     _seen: dict[str, _Seen] = field(default_factory=dict)
-    _strikes: dict[str, int] = field(default_factory=dict)  # restarts since the table last advanced
+    _strikes: dict[str, int] = field(default_factory=dict)  # restarts since the job was last caught up
 
     def bound(self, job_id: str) -> float:
         """Seconds without progress after which ``job_id`` counts as stuck."""
@@ -65,11 +67,12 @@ class Watchdog:
         """
         seen = self._seen.get(job_id)
         behind = self.stuck_after_s > 0 and ready > done
+        if not behind:
+            self._strikes.pop(job_id, None)
         if not behind or seen is None:
             self._seen[job_id] = _Seen(done, look() if behind else None, now, now)
             return None
         if done != seen.done:
-            self._strikes.pop(job_id, None)
             self._seen[job_id] = _Seen(done, look(), now, now)
             return None
         bound = self.bound(job_id)

@@ -176,7 +176,7 @@ def test_the_watchdog_restarts_a_job_whose_spark_action_hangs(
     stuck_before = stuck()
     with supervised(spark, pipeline, settings, report=reports.append, hooks=[hooks]) as supervisor:
         state, b = wait_for_barrier(settings, ["events"], records.send(10), topic, timeout=120)
-        assert supervisor.failures == {"ingest_events": 1}
+        assert supervisor.failures == {"ingest_events": 1}, reports
     said = [r for r in reports if "ingest_events is stuck" in r]
     assert said and re.search(r"its table holds barrier \d+ while barrier \d+ is ready", said[0]), reports
     assert any(r.startswith("job ingest_events restarted (attempt 2)") for r in reports), reports

@@ -33,7 +33,7 @@ def test_a_job_with_nothing_to_do_is_never_stuck() -> None:
     assert dog.observe("j", done=10, ready=11, look=lambda: (1, 0), now=1059) is None
 
 
-def test_each_restart_without_progress_doubles_the_bound_and_an_exact_point_resets_it() -> None:
+def test_each_restart_doubles_the_bound_until_the_job_has_caught_up() -> None:
     dog = Watchdog(stuck_after_s=60)
     dog.observe("j", done=10, ready=11, look=lambda: (1, 0), now=0)
     assert dog.observe("j", done=10, ready=11, look=lambda: (1, 0), now=61) == 61
@@ -43,7 +43,10 @@ def test_each_restart_without_progress_doubles_the_bound_and_an_exact_point_rese
     assert dog.observe("j", done=10, ready=11, look=lambda: (1, 0), now=182) == 121
     dog.restarted("j", now=182)
     assert dog.bound("j") == 240
-    dog.observe("j", done=11, ready=12, look=lambda: (9, 0), now=200)  # its table advanced
+    dog.observe("j", done=11, ready=14, look=lambda: (9, 0), now=200)  # its table advanced, still behind
+    assert dog.bound("j") == 240
+    assert dog.observe("j", done=11, ready=14, look=lambda: (9, 0), now=300) is None  # 100 s still: not stuck at 240
+    dog.observe("j", done=14, ready=14, look=lambda: (9, 0), now=310)  # caught up
     assert dog.bound("j") == 60
 
 
