@@ -190,8 +190,7 @@ def read_topic(kafka_bootstrap: str) -> Callable[[str], list[tuple[int, int, byt
 
 # The test session runs thousands of query shapes, far more than the 100 whose generated code Spark
 # keeps: each one evicted was compiled again at its next barrier (and its new classes JIT-compiled
-# again). With room for them, test_ivm's three oracle tests compiled 1,985 units instead of 5,996
-# and ran in 337 s instead of 372 s (one run each, 2026-12-04).
+# again). CONTRIBUTING.md ("The two tiers") has what the room saves.
 SESSION_CONF = {"spark.sql.codegen.cache.maxEntries": "5000"}
 
 
