@@ -9,9 +9,10 @@ Prints, per query, the median time per barrier of each path, the ratio, the even
 the incremental path keeps up with, where its time went, and at how many barriers the
 incremental job recomputed (a keyed table: rewrote its table rather than MERGE) because that
 had cost less (``spark_jobs.runtime.costs``); the first barrier of each (a keyed table's
-bootstrap: its state built from all the events), and of each keyed table its state's size on
-disk and the first barrier after a restart (its query started again on its checkpoint); of each
-table in the changelog layout, what a read without Spark costs against the same rows in place.
+bootstrap: its state built from all the events), and of each table with a state in Spark's
+state store (a keyed table, a reader of a changelog table) its size on disk and the first
+barrier after a restart (its queries started again on their checkpoints); of each table in the
+changelog layout, what a read without Spark costs against the same rows in place.
 
 Usage: python -m bench.nexmark [--events 1000000] [--per-barrier 50000] [--rounds 3] [--queries q3,q9]
                                [--compact-after 100]
@@ -136,7 +137,9 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str], figures: 
     from spark_jobs.planning.plans import plan_for
     from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
     from spark_jobs.runtime.ivm import TableMaintainer
+    from spark_jobs.runtime.maintenance.state_stream import STATE_FOLDER
     from spark_jobs.runtime.session import build_session
+    from spark_jobs.runtime.storage import Storage
 
     pipeline = parse_pipeline(PIPELINE.read_text())
     tables = {t.name: t for t in pipeline.derived}
@@ -229,15 +232,15 @@ def run(initial: int, per_barrier: int, rounds: int, names: list[str], figures: 
         for name in names:
             if plans[name].changelog:
                 read_costs(name, {how: (jobs[(name, how)].sink.path, made[how][name]) for how in suffix}, figures)
-        keyed = {key: job for key, job in jobs.items() if job.keyed is not None}
-        if keyed:  # a restart: the query stopped, the next barrier starts it again on its checkpoint
+        stateful = {key: job for key, job in jobs.items() if job.keyed is not None or job.changelogs}
+        if stateful:  # a restart: the queries stopped, the next barrier starts them again on their checkpoints
             append(rounds + 2, initial + rounds * per_barrier, per_barrier)
-        for key, job in keyed.items():
-            assert job.keyed is not None
-            size = sum(f.size for f in job.keyed.storage.files(job.keyed.home))
-            print(f"{key[0]}: its keyed state holds {size / 1e6:,.1f} MB on disk ({job.keyed.home})")
-            figures.add("keyed state on disk", size / 1e6, "MB", table=key[0], events=initial)
-            job.keyed.close()
+        for key, job in stateful.items():
+            home = f"{job.sink.path}/{STATE_FOLDER}"
+            size = sum(f.size for f in Storage(spark).files(home))
+            print(f"{key[0]}: its state holds {size / 1e6:,.1f} MB on disk ({home})")
+            figures.add("state on disk", size / 1e6, "MB", table=key[0], events=initial)
+            job.stop_streams()
             restart = process(key, rounds + 2)
             print(f"{key[0]}: the first barrier after a restart took {restart:.2f}s ({phases(job)})")
             figures.add("first barrier after a restart", restart, "s", table=key[0], events=initial,

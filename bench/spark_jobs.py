@@ -362,9 +362,9 @@ def way(job: TableMaintainer) -> str:
     ``; compacted`` where a changelog table was."""
     if job.plan.changelog:
         return "; compacted" if job.costs.appends == 0 else ""
-    if not job.plan.incremental or not job.costs.since_probe:
-        return ""
-    return "; rewritten" if job.plan.keyed else "; recomputed"
+    if job.plan.keyed:
+        return "; rewritten" if job.costs.since_probe else ""
+    return "; recomputed" if job.plan.incremental and job.recomputed else ""
 
 
 def phases(job: TableMaintainer) -> str:

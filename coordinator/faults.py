@@ -3,8 +3,9 @@
 ``LOCKSTEP_CRASH_AT=before_commit:0.3`` (``Settings.crash_at``) makes a process stop itself
 when it reaches that point, with that probability (default 1). A job SIGKILLs itself at
 ``before_commit`` (the barrier's Delta write is about to run), ``before_completion``
-(committed, completion not yet published) or, for a keyed table, ``after_state_commit`` (its
-streaming query committed the barrier's state, the table's commit has not run). The
+(committed, completion not yet published) or, for a keyed table or a table reading a
+changelog table, ``after_state_commit`` (its streaming query committed the barrier's state, the
+table's commit has not run). The
 coordinator's leader SIGSTOPs itself at ``pause_before_announce`` (a barrier planned, not yet
 written), once: a paused leader, as a long GC or a frozen VM would pause it, for the fencing
 test to resume with SIGCONT. A job reaching ``hang_before_commit`` runs a Spark action that

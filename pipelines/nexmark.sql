@@ -76,7 +76,8 @@ CREATE TABLE q9 WITH ('state' = 'keyed', 'layout' = 'changelog') AS
   WHERE rownum <= 1;
 
 -- q4 average closing price per category: an auction's closing price is its winning bid's,
--- averaged from q9's newest rows (a table that reads a changelog table is recomputed)
+-- averaged from q9's changes (each barrier's appended rows, and the rows they replace: a table
+-- that reads a changelog table keeps each key's last two rows in Spark's state store)
 CREATE TABLE q4 AS SELECT category, AVG(price) AS avg_final FROM q9 GROUP BY category;
 
 -- q15 bidding statistics per day

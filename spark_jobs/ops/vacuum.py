@@ -34,7 +34,7 @@ from coordinator.domain.events import dead_letters
 from coordinator.domain.retention import Keep, versions_to_keep
 from coordinator.settings import Settings
 from spark_jobs.runtime.delta_log import data_file, log_file, parse_metadata
-from spark_jobs.runtime.maintenance.keyed import STATE_FOLDER
+from spark_jobs.runtime.maintenance.state_stream import STATE_FOLDER
 from spark_jobs.runtime.session import session_conf
 from spark_jobs.runtime.storage import Storage
 

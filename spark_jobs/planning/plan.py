@@ -126,6 +126,9 @@ class Plan:
     reach: Mapping[str, str] = field(default_factory=dict)
     branches: tuple[Plan, ...] = ()  # union: each branch's plan
     changelog: bool = False  # a keyed aggregate's table in the changelog layout (``coordinator.domain.snapshot``)
+    # sources in the changelog layout: their change rows come from a state of each key's last rows
+    # (``spark_jobs.runtime.maintenance.changelog_changes``)
+    changelog_sources: tuple[str, ...] = ()
     top_n: TopN | None = None  # a keyed Top-N's parts (its streaming query is made at run time, from them)
 
     @property

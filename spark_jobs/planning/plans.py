@@ -38,6 +38,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import sqlglot
 from sqlglot import exp
@@ -269,7 +270,13 @@ def plan_for(pipeline: Pipeline, table: DerivedTable) -> Plan:
         raise PipelineError(f"table {table.name}: WITH ('state' = 'keyed') reads tables that only grow or are joined "
                             f"by key, but {', '.join(changelogs)} has the changelog layout (its rows are replaced by "
                             "newer ones); remove the option, or the layout of what it reads")
-    if changelogs:  # its changes are not its appended rows: read each barrier's snapshot whole
+    if changelogs and table.python is None:
+        plan = plan_query(table.query, shapes)
+        return replace(plan, changelog_sources=tuple(changelogs), reason=f"{plan.reason}; {', '.join(changelogs)} "
+                       "in the changelog layout: each barrier's appended rows, with the rows they replace (each "
+                       "key's last two rows kept in Spark's state store), are its change rows") \
+            if plan.incremental else plan
+    if changelogs:  # (a Python function's table: its changes are not the appended rows)
         return Plan(PlanKind.FULL_REFRESH, f"it reads {', '.join(changelogs)}, whose changelog layout keeps each "
                     "key's newest row at read time (its appended rows are no change rows)", table.query, table.sources)
     if table.keyed:  # (a keyed join's table is rebuilt, not retracted from: keyed state over it rebuilds too)

@@ -156,7 +156,7 @@ class DeltaSink:
         return f"{self.job_id}#g{generation}"
 
     def metadata(self, barrier: int, generation: int, sources: dict[str, int] | None = None,
-                 query: str | None = None, costs: dict[str, float] | None = None) -> str:
+                 query: str | None = None, costs: dict[str, float] | None = None, layout: str | None = None) -> str:
         meta: dict[str, object] = {"barrier": barrier, "job": self.job_id, "generation": generation}
         if sources is not None:
             meta["sources"] = sources
@@ -164,6 +164,8 @@ class DeltaSink:
             meta["query"] = query
         if costs:
             meta["costs"] = costs
+        if layout:
+            meta["layout"] = layout
         return json.dumps(meta)
 
     def version_at(self, barrier: int, generation: int) -> int:
@@ -187,11 +189,12 @@ class DeltaSink:
 
     def commit(self, barrier: int, generation: int, write: Callable[[], None],
                sources: dict[str, int] | None = None, query: str | None = None,
-               watch: Stopwatch | None = None, costs: dict[str, float] | None = None) -> int:
+               watch: Stopwatch | None = None, costs: dict[str, float] | None = None, layout: str | None = None) -> int:
         """Run ``write`` under the barrier's txn; return the version that holds the barrier.
         ``sources`` (an intermediate job's source versions), ``query`` (a fingerprint of its
         query) and ``costs`` (what it measured of its ways to a barrier) are kept in the commit's
-        metadata, so a restarted job knows what its table reflects and what each way cost.
+        metadata, so a restarted job knows what its table reflects and what each way cost;
+        ``layout`` says what a changelog table's commit did (``delta_log.COMPACTED``), for its readers.
         ``watch`` times the phases: upkeep (waiting for the last one), write, lookup."""
         self.written = False
         self.ensure_history()
@@ -205,7 +208,7 @@ class DeltaSink:
         with watch.phase("upkeep"):
             self._finish_upkeep()
         with watch.phase("write"), barrier_txn(self.spark, self.app_id(generation), barrier,
-                                               self.metadata(barrier, generation, sources, query, costs),
+                                               self.metadata(barrier, generation, sources, query, costs, layout),
                                                None if self.exists else NEW_TABLE_DEFAULTS):
             write()
         if not self.exists:

@@ -25,6 +25,7 @@ from spark_jobs.runtime.storage import Storage
 
 APPENDED_VERSIONS = 20  # the most versions ``appended_files`` reads one by one (a job far behind reads the feed)
 APPEND_ACTIONS = ("commitInfo", "txn")  # what an append's commit holds beside its added files
+COMPACTED = "compacted"  # a changelog table's compaction, as its commit's metadata says ("layout")
 
 
 def _delta(spark: SparkSession) -> Any:
@@ -225,3 +226,52 @@ def appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[
             elif kind not in APPEND_ACTIONS:
                 return None
     return files, checksum["metadata"]["schemaString"]
+
+
+def changelog_appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[list[str], str] | None:
+    """The data files of a changelog table that its versions ``(old, new]`` added, among which
+    are the rows they appended (``APPENDED``), and its schema at ``new``: where each version
+    appended rows, compacted the table (its commit says so; a compaction keeps its own
+    barrier's rows appended) or changed no data (OPTIMIZE). None otherwise (a rebuild, a new
+    schema, a commit file gone): a reader of its changes starts over from a snapshot."""
+    checksum = _checksum(spark, path, new)
+    if not 0 < new - old or not _plain(checksum.get("metadata")):
+        return None
+    files = []
+    for version in range(old + 1, new + 1):
+        actions = _log_json(spark, path, f"{version:020d}.json")
+        added = None if actions is None else changelog_version_files(actions)
+        if added is None:
+            return None
+        files += [data_file(path, f) for f in added]
+    return files, checksum["metadata"]["schemaString"]
+
+
+def changelog_version_files(actions: list[dict[str, Any]]) -> list[str] | None:
+    """The data files one commit of a changelog table added (paths as its log states them, decoded), if
+    it appended, compacted (its metadata's ``layout``) or changed no data; else None.
+
+    >>> info = {"commitInfo": {"userMetadata": '{"barrier": 4, "layout": "compacted"}'}}
+    >>> add, remove = {"add": {"path": "b%201.parquet", "dataChange": True}}, {"remove": {"path": "a", "dataChange": True}}
+    >>> changelog_version_files([info, add, remove]), changelog_version_files([{"commitInfo": {}}, add, remove])
+    (['b 1.parquet'], None)
+    >>> optimized = [{"add": {"path": "c", "dataChange": False}}, {"remove": {"path": "a", "dataChange": False}}]
+    >>> changelog_version_files(optimized), changelog_version_files([add, {"metaData": {}}])
+    ([], None)
+    """
+    added, removed, layout = [], False, None
+    for action in actions:
+        ((kind, value),) = action.items()
+        if kind == "commitInfo":
+            layout = parse_metadata(value.get("userMetadata")).get("layout")
+        elif kind in ("add", "remove"):
+            if not value.get("dataChange", True):
+                continue  # (OPTIMIZE: the same rows in other files)
+            if value.get("deletionVector"):
+                return None
+            if kind == "add":
+                added.append(unquote(value["path"]))
+            removed = removed or kind == "remove"
+        elif kind != "txn":
+            return None
+    return added if not removed or layout == COMPACTED else None

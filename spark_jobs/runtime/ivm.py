@@ -35,6 +35,7 @@ from spark_jobs.planning.plan import Plan, PlanKind
 from spark_jobs.runtime.commits import CompletionPublisher, DeltaSink
 from spark_jobs.runtime.costs import CostChoice
 from spark_jobs.runtime.maintenance.change_rows import numbered
+from spark_jobs.runtime.maintenance.changelog_changes import ChangelogChanges
 from spark_jobs.runtime.maintenance.functions import DEAD_LETTERS_PHASE, check_row_wise, follow_row_wise, recompute_function
 from spark_jobs.runtime.maintenance.keyed import KeyedState
 from spark_jobs.runtime.maintenance.table import REWRITE_LIMIT_BYTES, MaintainedTable
@@ -73,9 +74,11 @@ class TableMaintainer:
             self.crash_at, self.compact_every,
             schema=self.spark.read.format("delta").load(sink.path).schema if sink.exists else None)
         self.keyed = KeyedState(self.maintained) if self.plan.keyed else None
+        self.changelogs = {s: ChangelogChanges(self.maintained, s) for s in self.plan.changelog_sources}
         # generation, the source versions reflected, and the sink version
         self.base: tuple[int, dict[str, int], int] | None = None
         self._row_wise_checked = False  # a ROW_WISE plan's function was found row-wise (or the plan changed)
+        self.recomputed = False  # whether the last barrier recomputed the table rather than applied its changes
 
     @property
     def sink(self) -> DeltaSink:
@@ -89,12 +92,19 @@ class TableMaintainer:
 
     def close(self) -> None:
         """The job's query stopped: finish its table's upkeep (``DeltaSink.close``), let go of its producer."""
-        if self.keyed is not None:
-            self.keyed.close()
+        self.stop_streams()
         self.maintained.sink.close()
         if self.maintained.dlq is not None:
             self.maintained.dlq.close()
         self.publisher.close()
+
+    def stop_streams(self) -> None:
+        """Stop the table's streaming queries (a keyed table's, a changelog source's changes'):
+        their states stay, and the next barrier starts them again on their checkpoints."""
+        if self.keyed is not None:
+            self.keyed.close()
+        for changes in self.changelogs.values():
+            changes.close()
 
     def process(self, work: BarrierWork) -> None:
         started = now_ms()
@@ -126,11 +136,14 @@ class TableMaintainer:
             check_row_wise(t, work)
             self.plan, self._row_wise_checked = t.plan, True  # (the plan explain and tests read)
         whole = base is None or not t.plan.incremental
+        if not self._changelog_changes(work, base) and not whole:
+            whole = True
+            log.info("table %s: a changelog table it reads was rebuilt; recomputing it", self.table.name)
         if not whole and self.costs.whole():
             whole = True
             log.info("table %s: recomputing it (%.1f s last time) is cheaper than applying its changes (%.1f s)",
                      self.table.name, self.costs.whole_s, self.costs.applied_s)
-        began = time.monotonic()
+        began, self.recomputed = time.monotonic(), whole
         if t.plan.kind == PlanKind.ROW_WISE:
             version, counts = follow_row_wise(t, work, None if whole else base)
         elif whole:
@@ -142,7 +155,24 @@ class TableMaintainer:
         # per part) measures neither way: it would make applying the changes look dear
         if t.plan.incremental and not t.watch.entered(DEAD_LETTERS_PHASE):
             self.costs.measured(whole, time.monotonic() - began)
+        for changes in self.changelogs.values():
+            changes.finish()
         return version, counts
+
+    def _changelog_changes(self, work: BarrierWork, base: tuple[dict[str, int], int] | None) -> bool:
+        """Move each changed changelog source's state on to the barrier, its change rows kept
+        for the plan (``MaintainedTable.prepared``); False where one started over (a first
+        barrier, a rebuilt changelog table): the table is recomputed then. Every barrier moves
+        them on, a recomputed one too, so each state stays at the version the table reflects."""
+        t, ready = self.maintained, True
+        t.prepared = {}
+        for source, changes in self.changelogs.items():
+            old, new = None if base is None else base[0].get(source), work.source_versions[source]
+            rows = changes.advance(work, old, new) if old != new else None
+            if rows is not None:
+                t.prepared[source] = rows
+            ready = ready and (old == new or rows is not None)
+        return ready
 
     def _base(self, work: BarrierWork) -> tuple[dict[str, int], int] | None:
         """What the table reflects before ``work``: None (recompute) in a new generation (a

@@ -4,7 +4,8 @@ moments, while a producer keeps writing. After every restart the tables must hol
 exactly once: per key, sequence numbers 1..n with no gap and no duplicate, and the aggregate
 downstream agrees, as does a Python table (a row-wise function kept by appending each barrier's
 new rows), a keyed join of the two and a keyed aggregate (their rows and groups in Spark's state
-store; the aggregate in the changelog layout, appended and compacted); every barrier is
+store; the aggregate in the changelog layout, appended and compacted), and an aggregate of the
+keyed aggregate (from its changes, the rows they replace kept in a state too); every barrier is
 committed once, and the version each completion published is the one the table's history says
 holds that barrier. The last, unharmed run may be started again once if its Spark JVM exited
 under it (``last_run``): a crash more, not a kill of the drill's."""
@@ -45,12 +46,13 @@ KEYS = 7
 CRASH_POINTS = ("before_commit:0.5", "before_completion:0.5", "after_state_commit:0.5", None)
 KILLS = int(os.environ.get("LOCKSTEP_DRILL_KILLS", "4"))  # each crash point once, one kill from outside; more: the variable
 RUNS = [CRASH_POINTS[i % len(CRASH_POINTS)] for i in range(KILLS)]
-TABLES = ["events", "per_key", "evens", "mean_seq", "evens_joined", "per_key_state"]
+TABLES = ["events", "per_key", "evens", "mean_seq", "evens_joined", "per_key_state", "state_totals"]
 KEYED = """
 CREATE TABLE evens_joined WITH ('state' = 'keyed') AS
   SELECT e.k, e.seq FROM events e JOIN evens v ON e.k = v.k AND e.seq = v.seq;
 CREATE TABLE per_key_state WITH ('state' = 'keyed', 'layout' = 'changelog') AS
   SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) AS total FROM events GROUP BY k;
+CREATE TABLE state_totals AS SELECT n % 2 AS parity, COUNT(*) AS keys, SUM(total) AS total FROM per_key_state GROUP BY n % 2;
 """
 PYTHON_TABLES = '''
 from pyspark.sql import DataFrame
@@ -181,6 +183,11 @@ def test_kill_minus_nine_at_any_moment_loses_and_duplicates_nothing(
     groups = {t: sorted(tuple(r) for r in at(spark, settings, t, state.exact_points(t)[b])
                         .select("k", "n", "last_seq", "total").collect()) for t in ("per_key", "per_key_state")}
     assert groups["per_key_state"] == groups["per_key"]  # each record counted once, though its state outlived the kills
+    keys, totals = Counter(n % 2 for _, n, _, _ in groups["per_key"]), Counter[int]()
+    for _, n, _, total in groups["per_key"]:
+        totals[n % 2] += total
+    got = at(spark, settings, "state_totals", state.exact_points("state_totals")[b]).collect()
+    assert {r["parity"]: (r["keys"], r["total"]) for r in got} == {p: (keys[p], totals[p]) for p in keys}
     per_key = {r["k"]: r["total"] / r["n"] for r in at(spark, settings, "per_key", state.exact_points("per_key")[b]).collect()}
     assert {r["k"]: r["mean"] for r in at(spark, settings, "mean_seq", state.exact_points("mean_seq")[b]).collect()} == per_key
     for table in TABLES:

@@ -79,6 +79,8 @@ class MaintainedTable:
     dlq: DeltaSink | None = None  # a Python table's dead letters, made at the first one
     watch: Stopwatch = field(default_factory=Stopwatch)  # the phases of the barrier in progress
     cached: list[DataFrame] = field(default_factory=list)
+    # the barrier's change rows of sources read another way (changelog tables: ``changelog_changes``)
+    prepared: dict[str, DataFrame] = field(default_factory=dict)
 
     # -- reading sources ------------------------------------------------------------------------
 
@@ -91,6 +93,8 @@ class MaintainedTable:
 
     def changes(self, table: str, old: int, new: int) -> DataFrame:
         """Rows of ``table`` changed in versions ``(old, new]`` with a weight of +1 or -1."""
+        if table in self.prepared:
+            return self.prepared[table]
         return self.changes_and_whether_appended(table, old, new)[0]
 
     def changes_and_whether_appended(self, table: str, old: int, new: int) -> tuple[DataFrame, bool]:
@@ -145,7 +149,7 @@ class MaintainedTable:
         """What the job measured of its ways to a barrier, kept with the commit (incremental plans)."""
         return self.costs.state() if self.plan.incremental else None
 
-    def commit(self, work: BarrierWork, write: Callable[[], None]) -> int:
+    def commit(self, work: BarrierWork, write: Callable[[], None], layout: str | None = None) -> int:
         """Commit the barrier's write to the table (``DeltaSink.commit``): its version."""
         return self.sink.commit(work.barrier, work.generation, write, work.source_versions, self.query_id,
-                                self.watch, self.costs_state())
+                                self.watch, self.costs_state(), layout)

@@ -20,7 +20,7 @@ from coordinator.domain.snapshot import APPENDED, HIDDEN, ROW_KEY
 from coordinator.domain.work import BarrierWork
 from spark_jobs.planning.plan import ROWS, WEIGHT, PlanKind, output_key
 from spark_jobs.runtime.commits import merge_by_key
-from spark_jobs.runtime.delta_log import read_version, table_bytes
+from spark_jobs.runtime.delta_log import COMPACTED, read_version, table_bytes
 from spark_jobs.runtime.maintenance.aggregates import folded_groups, with_groups_recomputed
 from spark_jobs.runtime.maintenance.change_rows import change_rows
 from spark_jobs.runtime.maintenance.table import MaintainedTable, netted, same_values
@@ -89,7 +89,8 @@ def append_groups(t: MaintainedTable, work: BarrierWork, groups: DataFrame, old_
     """Commit a changelog table's changed ``groups`` (their new rows, each with its ``ROW_KEY``,
     ``BARRIER`` and ``APPENDED``) over the table at ``old_sink``: appended, which reads none of
     the table; or, when ``t.costs`` says compaction is due, the table rewritten whole with one
-    row a key (its readers' view of it, these groups in place of theirs), none appended."""
+    row a key (its readers' view of it, these groups in place of theirs), only these appended:
+    the tables that read it find the barrier's changes in either commit (``changelog_changes``)."""
     with t.watch.phase("changes"):
         t.schema = groups.schema
         groups = t.cache(groups)
@@ -101,11 +102,11 @@ def append_groups(t: MaintainedTable, work: BarrierWork, groups: DataFrame, old_
     def write() -> None:
         if compact:
             whole = rows_but(t, old_sink, groups.select(ROW_KEY), broadcast=changed <= BROADCAST_KEYS)
-            overwrite_whole(t, whole.unionByName(groups).withColumn(APPENDED, F.lit(False)))
+            overwrite_whole(t, whole.withColumn(APPENDED, F.lit(False)).unionByName(groups))
         else:
             groups.write.format("delta").mode("append").save(t.sink.path)
 
-    version = t.commit(work, write)
+    version = t.commit(work, write, COMPACTED if compact else None)
     if compact:
         t.costs.laid_out(True, table_bytes(t.spark, t.sink.path))
     return version, (changed, changed, 0)

@@ -116,7 +116,9 @@ def test_keyed_state_reads_a_keyed_joins_table_which_grows_between_its_rebuilds(
         plan_for(plain, plain.table("t"))  # (the same join kept otherwise retracts rows when auctions change)
 
 
-def test_a_changelog_aggregate_is_read_whole_by_the_tables_that_read_it() -> None:
+def test_a_changelog_aggregate_is_read_by_its_changes_and_the_rows_they_replace() -> None:
+    """A table that reads a changelog table is planned as over any table with a key (here an
+    aggregate), its changes read another way (``runtime.maintenance.changelog_changes``)."""
     pipeline = parse_pipeline(ROOTS + "CREATE TABLE t WITH ('state' = 'keyed', 'layout' = 'changelog') AS "
                               "SELECT auction, COUNT(*) AS n FROM bids GROUP BY auction;\n"
                               "CREATE TABLE d AS SELECT n, COUNT(*) AS auctions FROM t GROUP BY n;")
@@ -124,8 +126,8 @@ def test_a_changelog_aggregate_is_read_whole_by_the_tables_that_read_it() -> Non
     assert (plan.kind, plan.changelog) == ("keyed_aggregate", True)
     assert "the groups they changed are appended (layout changelog" in plan.explain()
     downstream = plan_for(pipeline, pipeline.table("d"))
-    assert (downstream.kind, downstream.changelog) == ("full_refresh", False)
-    assert "it reads t, whose changelog layout keeps each key's newest row at read time" in downstream.explain()
+    assert (downstream.kind, downstream.changelog, downstream.changelog_sources) == ("aggregate", False, ("t",))
+    assert "t in the changelog layout: each barrier's appended rows, with the rows they replace" in downstream.explain()
 
 
 @pytest.mark.parametrize(

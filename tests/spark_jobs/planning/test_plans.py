@@ -207,9 +207,9 @@ def test_the_nexmark_pipeline_maintains_its_queries_incrementally_where_it_can()
         "q0": "projection", "q1": "projection", "q2": "projection", "q3": "keyed_join", "q9": "keyed_aggregate",
         "q15": "aggregate", "q16": "aggregate", "q17": "keyed_aggregate", "q18": "groups", "q19": "keyed_aggregate",
         "q21": "projection", "q22": "projection", "q5": "groups", "q7": "groups", "q8": "groups", "q20": "keyed_join",
-        "auction_bids": "keyed_join", "q4": "full_refresh",  # q9 a keyed Top-N over a keyed join's table (in the
-    }                                                        # changelog layout); q4 its winning bids' averages
+        "auction_bids": "keyed_join", "q4": "aggregate",  # q9 a keyed Top-N over a keyed join's table (in the
+    }                                                     # changelog layout); q4 its winning bids' averages
     assert plans["q9"].sources == ("auction_bids",) and plans["q9"].top_n is not None and plans["q9"].changelog
-    assert plans["q4"].sources == ("q9",) and "whose changelog layout" in plans["q4"].explain()
+    assert plans["q4"].changelog_sources == ("q9",) and "q9 in the changelog layout" in plans["q4"].explain()
     assert plans["q20"].join_columns == {"bid": ("auction",), "auction": ("id",)}  # WITH ('state' = 'keyed')
     assert plans["q5"].group_sources == {"bid": ("WINDOW(date_time, '10 seconds', '2 seconds')",)}  # by window

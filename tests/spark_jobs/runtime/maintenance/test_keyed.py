@@ -35,7 +35,7 @@ from spark_jobs.runtime.commits import DeltaSink
 from spark_jobs.runtime.costs import PROBE_EVERY, CostChoice
 from spark_jobs.runtime.delta_log import read_version
 from spark_jobs.runtime.ivm import TableMaintainer
-from spark_jobs.runtime.maintenance.keyed import STATE_FOLDER
+from spark_jobs.runtime.maintenance.state_stream import STATE_FOLDER
 from spark_jobs.runtime.maintenance.table import visible
 from spark_jobs.runtime.storage import Storage
 
@@ -63,9 +63,14 @@ CREATE TABLE top_log WITH ('state' = 'keyed', 'layout' = 'changelog') AS
                         ROW_NUMBER() OVER (PARTITION BY auction ORDER BY CAST(price % 7 AS STRING) NULLS LAST, price DESC) AS r
                  FROM bids WHERE price IS NULL OR price >= 0)
   WHERE r < 3;
-CREATE TABLE best WITH ('state' = 'keyed') AS
+CREATE TABLE best WITH ('state' = 'keyed', 'layout' = 'changelog') AS
   SELECT * FROM (SELECT auction, price, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS r FROM hot)
   WHERE r <= 2;
+CREATE TABLE by_rank AS
+  SELECT r, COUNT(*) AS auctions, SUM(price) AS total, AVG(price) AS mean, MAX(price) AS high FROM best GROUP BY r;
+CREATE TABLE by_parity AS
+  SELECT parity, COUNT(*) AS groups, SUM(n) AS bids, MIN(low) AS lowest FROM stats_log GROUP BY parity;
+CREATE TABLE busy AS SELECT auction, parity, n, high FROM stats_log WHERE n >= 2;
 """
 
 
@@ -103,14 +108,19 @@ class Completions:
 def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a_retry(
         spark: SparkSession, tmp_path: Path) -> None:
     """... and so does a Top-N over its table (q9's way: a join before a Top-N as two keyed
-    tables), which rebuilds its state when it reads the join's rebuild among its changes."""
+    tables, the Top-N in the changelog layout), which rebuilds its state when it reads the
+    join's rebuild among its changes; and an aggregate over the Top-N's table (q4's way), from
+    its changes: each barrier's appended rows and the rows they replace, kept by key in its own
+    state, which starts over where the Top-N was rebuilt."""
     rng = random.Random(5)
     warehouse = tmp_path / "wh"
     bids = DeltaSink(spark, str(warehouse / "bids"), "ingest_bids", BIDS)
     auctions = DeltaSink(spark, str(warehouse / "auctions"), "ingest_auctions", AUCTIONS)
     table, plan = planned("hot", PlanKind.KEYED_JOIN)
     best, best_plan = planned("best", PlanKind.KEYED_AGGREGATE)
-    completions, best_completions = Completions(), Completions()
+    by_rank, by_rank_plan = planned("by_rank", PlanKind.AGGREGATE)
+    assert by_rank_plan.changelog_sources == ("best",) and "state store" in by_rank_plan.explain()
+    completions, best_completions, rank_completions = Completions(), Completions(), Completions()
 
     def maintainer() -> TableMaintainer:
         return TableMaintainer(spark, table, plan, "maintain_hot", lambda name: str(warehouse / name),
@@ -120,11 +130,27 @@ def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a
         return TableMaintainer(spark, best, best_plan, "maintain_best", lambda name: str(warehouse / name),
                                best_completions)  # type: ignore[arg-type]
 
+    def rank_maintainer() -> TableMaintainer:  # (its changes applied at every barrier, whatever they cost)
+        return TableMaintainer(spark, by_rank, by_rank_plan, "maintain_by_rank", lambda name: str(warehouse / name),
+                               rank_completions, costs=CostChoice(probe_every=1))  # type: ignore[arg-type]
+
     def check_best(barrier: int, generation: int = 1) -> None:
         hot = {"hot": completions.seen[barrier]}
         top.process(BarrierWork(barrier, generation, 0, source_versions=hot))
         got = read_version(spark, str(warehouse / "best"), best_completions.seen[barrier])
-        assert Counter(tuple(r) for r in got.collect()) == query_at(spark, warehouse, best.query, hot), f"best, barrier {barrier}"
+        assert Counter(tuple(r) for r in visible(got).collect()) == query_at(spark, warehouse, best.query, hot), \
+            f"best, barrier {barrier}"
+        versions = {"best": best_completions.seen[barrier]}
+        work = BarrierWork(barrier, generation, 0, source_versions=versions)
+        if barrier == 6:  # its changes' state moved on, its commit never happened (a crash)
+            assert ranks[0].changelogs["best"].advance(work, best_completions.seen[5], versions["best"]) is not None
+            ranks[0].close()
+            ranks[0] = rank_maintainer()
+        ranks[0].process(work)
+        assert ranks[0].recomputed == (barrier in (1, 4, 7)), barrier  # (else its changes applied)
+        got = read_version(spark, str(warehouse / "by_rank"), rank_completions.seen[barrier])
+        assert Counter(tuple(r) for r in visible(got).collect()) == query_at(spark, warehouse, by_rank.query, versions), \
+            f"by_rank, barrier {barrier}"
 
     def upsert(rows: list[tuple[int, int]], barrier: int) -> int:  # as a keyed root's ingestion does
         frame = spark.createDataFrame(rows, AUCTIONS)
@@ -134,8 +160,9 @@ def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a
     def expected(versions: dict[str, int]) -> Counter[tuple[Any, ...]]:
         return query_at(spark, warehouse, table.query, versions)
 
-    def states(name: str = "hot") -> list[str]:
-        return sorted(p.name for p in (warehouse / name / STATE_FOLDER).iterdir())
+    def states(name: str = "hot") -> list[str]:  # (a name of the form table/source: a source's changes' states)
+        table, _, source = name.partition("/")
+        return sorted(p.name for p in (warehouse / table / STATE_FOLDER / source).iterdir())
 
     def kept(name: str, barrier: int, started: int, generation: int = 1) -> None:
         """The state runs from barrier ``started``; any other folder is an older state's (each
@@ -148,7 +175,7 @@ def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a
 
     versions: dict[str, int] = {}
     categories: dict[int, int] = {}
-    job, top = maintainer(), best_maintainer()
+    job, top, ranks = maintainer(), best_maintainer(), [rank_maintainer()]
     for barrier in range(1, 7):
         ids = range(barrier * 10, barrier * 10 + 10)
         rows = [(i, rng.choice([10, 11])) for i in ids]
@@ -160,16 +187,15 @@ def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a
         bid_rows = [(rng.randrange(10, barrier * 10 + 20), rng.randrange(1000)) for _ in range(40)]
         versions["bids"] = bids.commit(barrier, 1, lambda r=bid_rows: spark.createDataFrame(r, BIDS).write.format(
             "delta").mode("append").save(bids.path))
-        if barrier == 5:
-            job.close()
-            top.close()
-            job, top = maintainer(), best_maintainer()  # a restart: only the states' checkpoints and the tables are left
+        if barrier == 5:  # a restart: only the states' checkpoints and the tables are left
+            for each in (job, top, ranks[0]):
+                each.close()
+            job, top, ranks[0] = maintainer(), best_maintainer(), rank_maintainer()
         work = BarrierWork(barrier, 1, 0, source_versions=dict(versions))
         if barrier == 6:  # the state committed the barrier, the table commit never happened
             assert job.keyed is not None
-            job.keyed._stage({"bids": spark.createDataFrame(bid_rows, BIDS),
-                              "auctions": spark.createDataFrame(rows, AUCTIONS)}, barrier)
-            job.keyed._running(work).processAllAvailable()
+            job.keyed._run(work, {"bids": spark.createDataFrame(bid_rows, BIDS),
+                                  "auctions": spark.createDataFrame(rows, AUCTIONS)})
             job.close()
             job = maintainer()
             # the batch's joined rows wait in the state's folder: vacuum leaves them (and the state) alone
@@ -185,16 +211,16 @@ def test_a_keyed_join_equals_its_query_through_inserts_an_update_a_restart_and_a
         assert Counter(tuple(r) for r in got.collect()) == expected(versions), f"barrier {barrier}"
         assert {"stage", "state work", "state commit", "write"} <= {p.name for p in job.watch.phases()}, f"barrier {barrier}"
         check_best(barrier)
-        for name in ("hot", "best"):  # (the Top-N rebuilt with the join's table, at barrier 4)
+        for name in ("hot", "best", "by_rank/best"):  # (the Top-N rebuilt with the join's table at barrier 4)
             kept(name, barrier, 1 if barrier < 4 else 4)
     job.process(BarrierWork(7, 2, 0, source_versions=dict(versions)))  # a revision: a new generation, a new state
     got = spark.read.format("delta").option("versionAsOf", completions.seen[7]).load(str(warehouse / "hot"))
     assert Counter(tuple(r) for r in got.collect()) == expected(versions)
     check_best(7, generation=2)
-    for name in ("hot", "best"):
+    for name in ("hot", "best", "by_rank/best"):
         kept(name, 7, 7, generation=2)
-    job.close()
-    top.close()
+    for each in (job, top, ranks[0]):
+        each.close()
 
 
 def test_a_keyed_aggregate_equals_its_query_through_old_groups_a_restart_a_retry_and_a_revision(
@@ -223,8 +249,7 @@ def test_a_keyed_aggregate_equals_its_query_through_old_groups_a_restart_a_retry
             job = maintainer()  # a restart: only the state's checkpoint and the table are left
         if barrier == 5:  # the state committed the barrier, the table commit never happened
             assert job.keyed is not None
-            job.keyed._stage({"bids": spark.createDataFrame(rows, BIDS)}, barrier)
-            job.keyed._running(work).processAllAvailable()
+            job.keyed._run(work, {"bids": spark.createDataFrame(rows, BIDS)})
             job.close()
             job = maintainer()
         if barrier == 6:  # the MERGEs were measured dearer than a rewrite: the table is rewritten
@@ -255,35 +280,47 @@ def test_a_changelog_aggregate_appends_its_groups_compacts_and_reads_as_its_quer
     bids = DeltaSink(spark, str(warehouse / "bids"), "ingest_bids", BIDS)
     table, plan = planned("stats_log", PlanKind.KEYED_AGGREGATE)
     assert plan.changelog and "changelog" in plan.explain()
-    completions = Completions()
+    readers = [planned("by_parity", PlanKind.AGGREGATE), planned("busy", PlanKind.PROJECTION)]
+    completions = {name: Completions() for name in ("stats_log", "by_parity", "busy")}
 
-    def maintainer() -> TableMaintainer:
-        return TableMaintainer(spark, table, plan, "maintain_stats_log", lambda name: str(warehouse / name),
-                               completions)  # type: ignore[arg-type]
+    def maintainers() -> list[TableMaintainer]:  # the changelog table, then two tables reading it
+        return [TableMaintainer(spark, t, p, f"maintain_{t.name}", lambda name: str(warehouse / name),
+                                completions[t.name], costs=CostChoice(probe_every=1))  # type: ignore[arg-type]
+                for t, p in [(table, plan), *readers]]
 
     versions: dict[str, int] = {}
-    job = maintainer()
+    jobs = maintainers()
     for barrier in range(1, 9):  # bids on new and old auctions; barrier 3's change no group
         rows = [(rng.randrange(1, barrier * 10 + 10), rng.randrange(-5, 200) if barrier != 3 else -1) for _ in range(30)]
         versions["bids"] = bids.commit(barrier, 1, lambda r=rows: spark.createDataFrame(r, BIDS).write.format(
             "delta").mode("append").save(bids.path))
         if barrier == 6:
-            job.close()
-            job = maintainer()  # a restart: the appends so far are counted from the commits' metadata
-        job.process(BarrierWork(barrier, 1, 0, source_versions=dict(versions)))
+            for job in jobs:
+                job.close()
+            jobs = maintainers()  # a restart: the appends so far are counted from the commits' metadata
+        jobs[0].process(BarrierWork(barrier, 1, 0, source_versions=dict(versions)))
         expected = query_at(spark, warehouse, table.query, versions)
-        version = completions.seen[barrier]
+        version = completions["stats_log"].seen[barrier]
         assert Counter(tuple(r) for r in visible(read_version(spark, path, version)).collect()) == expected, barrier
         light = run_query("SELECT * FROM stats_log", {"stats_log": DeltaTable_(path, version=version)})
         assert Counter(tuple(r.values()) for r in light.to_pylist()) == expected, f"barrier {barrier} (DataFusion)"
+        # the readers follow its changes through its compaction (barrier 6) with the state they started with
+        for job, (reader, _) in zip(jobs[1:], readers, strict=True):
+            job.process(BarrierWork(barrier, 1, 0, source_versions={"stats_log": version}))
+            assert job.recomputed == (barrier == 1), barrier  # (else its changes applied)
+            got = read_version(spark, str(warehouse / reader.name), completions[reader.name].seen[barrier])
+            assert Counter(tuple(r) for r in visible(got).collect()) == \
+                query_at(spark, warehouse, reader.query, {"stats_log": version}), f"{reader.name}, barrier {barrier}"
+            assert sorted(p.name for p in (warehouse / reader.name / STATE_FOLDER / "stats_log").iterdir()) == ["g1-b1"]
     history = DeltaTable.forPath(spark, path).history().orderBy("version").collect()
     modes = [h.operationParameters.get("mode") for h in history]
     # the rebuild; appends (barrier 3's changes nothing, so counts none); after the 3rd, across the
     # restart (counted from the commits' metadata), a compaction
     assert modes == ["Overwrite", "Append", "Append", "Append", "Append", "Overwrite", "Append", "Append"], modes
-    stored = spark.read.format("delta").option("versionAsOf", completions.seen[8]).load(path)
+    stored = spark.read.format("delta").option("versionAsOf", completions["stats_log"].seen[8]).load(path)
     assert stored.count() > len(query_at(spark, warehouse, table.query, versions))  # the older rows are stored, not read
-    job.close()
+    for job in jobs:
+        job.close()
 
 
 def test_keyed_top_ns_equal_their_query_through_ties_nulls_a_restart_and_a_compaction(
