@@ -66,6 +66,18 @@ class Storage:
         fs, path = self._fs(source)
         return bool(fs.rename(path, self._fs(target)[1]))
 
+    def make_folder(self, location: str) -> None:
+        """Make the folder ``location`` and those above it (an object store: nothing to make)."""
+        fs, path = self._fs(location)
+        fs.mkdirs(path)
+
+    def copy(self, source: str, target: str) -> None:
+        """Copy the file ``source`` to ``target`` (through this process: for small files)."""
+        fs, path = self._fs(source)
+        target_fs, target_path = self._fs(target)
+        if not self._jvm.org.apache.hadoop.fs.FileUtil.copy(fs, path, target_fs, target_path, False, self._conf):
+            raise OSError(f"could not copy {source} to {target}")
+
     def files(self, location: str, suffix: str = "") -> list[FileInfo]:
         """Every file under ``location`` (recursively) whose name ends with ``suffix``; [] if
         there is no such folder. A file that vanishes while it is listed (a running job's

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructType
+from pyspark.sql.types import StructType
 
 from coordinator.domain.snapshot import APPENDED, BARRIER, HIDDEN, ROW_KEY
 from coordinator.domain.work import BarrierWork
 from coordinator.faults import crash_point
 from spark_jobs.planning.plan import WEIGHT
-from spark_jobs.runtime.delta_log import changelog_appended_files, read_files
+from spark_jobs.runtime.delta_log import appended_files, changelog_appended_files, read_files
 from spark_jobs.runtime.maintenance.state_stream import STATE_FOLDER, StateStream
 from spark_jobs.runtime.maintenance.table import MaintainedTable, visible
 
@@ -41,25 +41,27 @@ class ChangelogChanges:
         self.t, self.source = t, source
         self.stream = StateStream(t.spark, f"{t.sink.path.rstrip('/')}/{STATE_FOLDER}/{source}",
                                   f"{t.job_id}_{source}_changes", "update", keep_first=False)
-        self.schema: StructType | None = None  # the staged rows': the source's columns, its key, BARRIER
+        self.schema: StructType | None = None  # the staged rows': the source's columns and its key
 
     def advance(self, work: BarrierWork, old: int | None, new: int) -> DataFrame | None:
         """The source's change rows from version ``old`` to ``new`` (its columns and ``WEIGHT``),
         the state moved on to ``new``; None where the state started over from ``new``'s
         snapshot instead (``old`` None: the reading table is recomputed at ``work``)."""
-        found = None
+        location, found = self.t.locate(self.source), None
         if old is not None and self.stream.current(work.generation) is not None:
-            found = changelog_appended_files(self.t.spark, self.t.locate(self.source), old, new)
+            found = changelog_appended_files(self.t.spark, location, old, new)
         if found is None:
             self.stream.start_new(work.generation, work.barrier)
             self.schema = None  # (the table's own, which a rebuild may have changed)
             self._run(work, self.t.snapshot(self.source, new))
             return None
+        assert old is not None
+        appended = appended_files(self.t.spark, location, old, new) if new - old == 1 else None
         rows = read_files(self.t.spark, *found).where(F.col(APPENDED))
         if new - old > 1:  # (several barriers' appends: a key's newest row replaces the row before them all)
             newest = Window.partitionBy(ROW_KEY).orderBy(F.col(BARRIER).desc())
             rows = rows.withColumn(LAST, F.row_number().over(newest)).where(F.col(LAST) == 1).drop(LAST)
-        self._run(work, rows)
+        self._run(work, rows, appended[0] if appended else None)  # (an append's files hold just its rows)
         crash_point("after_state_commit", self.t.crash_at)  # drills: the state has the barrier, the table not yet
         return self.stream.output(work.barrier).drop(BARRIER)
 
@@ -70,14 +72,14 @@ class ChangelogChanges:
     def close(self) -> None:
         self.stream.close()
 
-    def _run(self, work: BarrierWork, rows: DataFrame) -> None:
-        """Stage ``rows`` (a key's newest each, the barrier's or a snapshot's) and fold them into
-        the state."""
+    def _run(self, work: BarrierWork, rows: DataFrame, files: list[str] | None = None) -> None:
+        """Stage ``rows`` (a key's newest each, the barrier's or a snapshot's; ``files``: the data
+        files that hold just them, copied) and fold them into the state."""
         staged = rows.select(*visible(rows).columns, ROW_KEY)
         if self.schema is None:
-            self.schema = staged.schema.add(BARRIER, LongType())
+            self.schema = staged.schema
         with self.t.watch.phase("stage"):
-            self.stream.stage({self.source: staged}, work.barrier)
+            self.stream.stage({self.source: staged if files is None else files}, work.barrier)
         self.stream.run(lambda: {self.source: self.schema}, self._query, self.t.watch)
 
     def _query(self, session: SparkSession) -> str:

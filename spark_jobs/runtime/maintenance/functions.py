@@ -84,7 +84,8 @@ def follow_row_wise(t: MaintainedTable, work: BarrierWork, base: tuple[dict[str,
     new = work.source_versions[source]
     if base is not None and t.plan.key is not None:
         return replace_changed_keys(t, work, base)
-    rows = None if base is None else rows_added(t, source, base[0][source], new)
+    found = None if base is None else t.added(source, base[0][source], new)
+    rows = None if found is None else found[0]
     if base is not None and rows is None:
         log.warning("table %s: %s changed or removed rows by barrier %d (a table that only grows should not): "
                     "recomputed from all its rows", t.table.name, source, work.barrier)
@@ -92,15 +93,6 @@ def follow_row_wise(t: MaintainedTable, work: BarrierWork, base: tuple[dict[str,
     return without_failing_rows(t, work, source, t.snapshot(source, new) if rows is None else rows,
                                 lambda good: write_result(t, work, lambda: call(t, {source: good}), mode),
                                 whole=rows is None)
-
-
-def rows_added(t: MaintainedTable, source: str, old: int, new: int) -> DataFrame | None:
-    """The rows versions ``(old, new]`` of ``source`` added, or None if they also changed or
-    removed rows (an UPDATE by hand): a Spark job to look, only where they were not appends."""
-    changed, appended = t.changes_and_whether_appended(source, old, new)
-    if not appended and changed.where(F.col(WEIGHT) < 0).limit(1).count():
-        return None
-    return changed.drop(WEIGHT)
 
 
 def replace_changed_keys(t: MaintainedTable, work: BarrierWork, base: tuple[dict[str, int], int]) -> Written:

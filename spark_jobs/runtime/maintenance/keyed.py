@@ -29,13 +29,12 @@ import time
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType
 
 from coordinator.domain.snapshot import APPENDED, BARRIER, ROW_KEY
 from coordinator.domain.work import BarrierWork
 from coordinator.faults import crash_point
 from spark_jobs.planning.keyed import top_n_query
-from spark_jobs.planning.plan import WEIGHT, PlanKind, output_key
+from spark_jobs.planning.plan import PlanKind, output_key
 from spark_jobs.runtime.delta_log import table_bytes
 from spark_jobs.runtime.maintenance.state_stream import STATE_FOLDER, StateStream
 from spark_jobs.runtime.maintenance.table import MaintainedTable
@@ -75,23 +74,20 @@ class KeyedState:
         self.stream.start_new(work.generation, work.barrier)
         return self._advance(work, self.t.snapshots(work), None)
 
-    def _inserted(self, old: dict[str, int], work: BarrierWork) -> dict[str, DataFrame] | None:
-        """Each changed source's inserted rows since ``old``; None if a change retracts a row."""
-        rows = {}
+    def _inserted(self, old: dict[str, int], work: BarrierWork) -> dict[str, DataFrame | list[str]] | None:
+        """Each changed source's inserted rows since ``old`` (the data files that hold just them,
+        where its versions only appended); None if a change retracts a row."""
+        rows: dict[str, DataFrame | list[str]] = {}
         for source, version in work.source_versions.items():
             if old.get(source) == version:
                 continue
-            if source not in old:  # (a source the last commit did not record)
+            found = self.t.added(source, old[source], version) if source in old else None
+            if found is None:  # (or a source the last commit did not record)
                 return None
-            changes, appended = self.t.changes_and_whether_appended(source, old[source], version)
-            if not appended:  # the change data feed: read once for the check, once to stage it
-                changes = self.t.cache(changes)
-                if changes.where(F.col(WEIGHT) < 0).limit(1).count():
-                    return None
-            rows[source] = changes.drop(WEIGHT)
+            rows[source] = found[0] if found[1] is None else found[1]
         return rows
 
-    def _advance(self, work: BarrierWork, rows: dict[str, DataFrame], old_sink: int | None) -> Written:
+    def _advance(self, work: BarrierWork, rows: dict[str, DataFrame | list[str]], old_sink: int | None) -> Written:
         """Stage ``rows``, let the query join or aggregate them with the state, commit its rows
         to the table at version ``old_sink`` (None: a rebuild, which overwrites it)."""
         self._run(work, rows)
@@ -116,13 +112,13 @@ class KeyedState:
         self.stream.finish()  # committed: the next barrier stages and joins rows of its own
         return written
 
-    def _run(self, work: BarrierWork, rows: dict[str, DataFrame]) -> None:
+    def _run(self, work: BarrierWork, rows: dict[str, DataFrame | list[str]]) -> None:
         """Stage ``rows`` and let the query join or aggregate them with the state: the barrier's
         state commit."""
         with self.t.watch.phase("stage"):
             self.stream.stage(rows, work.barrier)
-        self.stream.run(lambda: {s: self.t.snapshot(s, v).schema.add(BARRIER, LongType())
-                                 for s, v in work.source_versions.items()}, self._query, self.t.watch)
+        self.stream.run(lambda: {s: self.t.snapshot(s, v).schema for s, v in work.source_versions.items()},
+                        self._query, self.t.watch)
 
     def _query(self, session: SparkSession) -> str:
         """The streaming query: the plan's, or a Top-N's, made with its ORDER BY's types."""

@@ -5,9 +5,11 @@ run on.
 
 The query runs for the job's life, one micro-batch a barrier:
 
-1. Each source's rows of the barrier, tagged with it (``BARRIER``), are staged as Parquet in
-   the barrier's folder. The folder gets its name only once every source is written (a
-   rename), so the query's file sources pick up the barrier's rows together, in one
+1. Each source's rows of the barrier are staged as Parquet in the barrier's folder
+   (``staged/b<barrier>/<source>``): the data files that hold just them copied as they are (a
+   source's appended files: no Spark job), else written. The query reads the barrier of each
+   row (``BARRIER``) from its file's path. The folder gets its name only once every source is
+   there (a rename), so the query's file sources pick up the barrier's rows together, in one
    micro-batch. A barrier retried after a crash finds it there.
 2. The job waits for the query to process them: one micro-batch, whose state is committed.
    Its rows are written as Parquet by its ``foreachBatch``, where the barrier's commit reads
@@ -75,18 +77,22 @@ class StateStream:
         self.folder = f"{self.home}/g{generation}-b{barrier}"
         self.storage.delete(self.folder)  # (a start at this barrier that a crash cut short)
 
-    def stage(self, rows: Mapping[str, DataFrame], barrier: int) -> None:
-        """Write each source's ``rows`` of ``barrier`` in the barrier's folder, named when all are
-        complete (once): two sources staged one by one would make two micro-batches, each with
-        its planning, logs and state commit."""
+    def stage(self, rows: Mapping[str, DataFrame | list[str]], barrier: int) -> None:
+        """Put each source's ``rows`` of ``barrier`` in the barrier's folder (a frame written, a
+        list of data files copied), named when all are there (once): two sources staged one by
+        one would make two micro-batches, each with its planning, logs and state commit."""
         assert self.folder is not None
         staged = f"{self.folder}/staged/b{barrier}"
         if self.storage.exists(staged):
             return  # staged before a crash
         writing = f"{self.folder}/staged/_b{barrier}"
         self.storage.delete(writing)  # (a staging that a crash cut short)
-        for source, frame in rows.items():
-            frame.withColumn(BARRIER, F.lit(barrier).cast("long")).write.mode("overwrite").parquet(f"{writing}/{source}")
+        self.storage.make_folder(writing)  # (sources that added no file put none in it)
+        for source, found in rows.items():
+            if isinstance(found, DataFrame):
+                found.write.mode("overwrite").parquet(f"{writing}/{source}")
+            for file in found if isinstance(found, list) else ():
+                self.storage.copy(file, f"{writing}/{source}/{file.rsplit('/', 1)[1]}")
         if not self.storage.rename(writing, staged):
             raise OSError(f"could not rename {writing} to {staged}")
 
@@ -94,7 +100,7 @@ class StateStream:
             watch: Stopwatch) -> None:
         """Let the query process what is staged; if it is not running, start it on the state's
         checkpoint: ``query`` makes its SQL over the sources of ``schemas`` (their staged rows'
-        schemas, ``BARRIER`` included)."""
+        schemas), each with ``BARRIER``."""
         self._run_batch(self._running(schemas, query), watch)
 
     def output(self, barrier: int) -> DataFrame:
@@ -134,7 +140,8 @@ class StateStream:
         for source, schema in schemas().items():
             stream = (self._session.readStream.schema(schema).option("maxFilesPerTrigger", 1 << 30)
                       .parquet(f"{self.folder}/staged/b*/{source}"))
-            stream.createOrReplaceTempView(source)
+            staged = F.regexp_extract(F.col("_metadata.file_path"), r"/staged/b([0-9]+)/[^/]+/[^/]+$", 1)
+            stream.withColumn(BARRIER, staged.cast("long")).createOrReplaceTempView(source)
         frame = self._session.sql(query(self._session))
         self.schema = StructType([f for f in frame.schema.fields if f.name != BARRIER])
         out, keep_first = f"{self.folder}/out", self.keep_first

@@ -92,25 +92,35 @@ class MaintainedTable:
         return {s: self.snapshot(s, v) for s, v in work.source_versions.items()}
 
     def changes(self, table: str, old: int, new: int) -> DataFrame:
-        """Rows of ``table`` changed in versions ``(old, new]`` with a weight of +1 or -1."""
+        """Rows of ``table`` changed in versions ``(old, new]`` with a weight of +1 or -1: the
+        files those versions added, where they only appended (``appended_files``), else Delta's
+        change data feed (or, for a changelog table, ``prepared``)."""
         if table in self.prepared:
             return self.prepared[table]
-        return self.changes_and_whether_appended(table, old, new)[0]
-
-    def changes_and_whether_appended(self, table: str, old: int, new: int) -> tuple[DataFrame, bool]:
-        """``changes``, and whether they are just the files those versions added, where they only
-        appended (``appended_files``: all weights +1); else they are Delta's change data feed."""
-        location = self.locate(table)
-        appended = appended_files(self.spark, location, old, new)
+        appended = appended_files(self.spark, self.locate(table), old, new)  # (all weights +1)
         if appended is not None:
-            return read_files(self.spark, *appended).withColumn(WEIGHT, F.lit(1)), True
+            return read_files(self.spark, *appended).withColumn(WEIGHT, F.lit(1))
+        return self._feed(table, old, new)
+
+    def added(self, table: str, old: int, new: int) -> tuple[DataFrame, list[str] | None] | None:
+        """The rows versions ``(old, new]`` of ``table`` added, with the data files that hold just
+        them where those versions only appended; None if they also changed or removed rows (an
+        update: a Spark job looks, only where they were not appends)."""
+        appended = appended_files(self.spark, self.locate(table), old, new)
+        if appended is not None:
+            return read_files(self.spark, *appended), appended[0]
+        feed = self._feed(table, old, new)
+        return None if feed.where(F.col(WEIGHT) < 0).limit(1).count() else (feed.drop(WEIGHT), None)
+
+    def _feed(self, table: str, old: int, new: int) -> DataFrame:
+        """Delta's change data feed of ``table``'s versions ``(old, new]``, weighted."""
         # read as the path identifier delta.`path`: `.load(path)` passes the options to Delta twice
         # (their given and lower-case spellings) and Spark warns three times a read
-        path = location.replace("`", "``")
+        path = self.locate(table).replace("`", "``")
         feed = (self.spark.read.option("readChangeFeed", "true").option("startingVersion", old + 1)
                 .option("endingVersion", new).table(f"delta.`{path}`"))
         sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
-        return feed.withColumn(WEIGHT, sign).drop(*CDF_COLUMNS), False
+        return feed.withColumn(WEIGHT, sign).drop(*CDF_COLUMNS)
 
     def bind(self, frames: dict[str, DataFrame]) -> None:
         """Name each source in this job's own session (temp views), for the query to read."""

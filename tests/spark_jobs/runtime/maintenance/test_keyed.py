@@ -283,9 +283,12 @@ def test_a_changelog_aggregate_appends_its_groups_compacts_and_reads_as_its_quer
     readers = [planned("by_parity", PlanKind.AGGREGATE), planned("busy", PlanKind.PROJECTION)]
     completions = {name: Completions() for name in ("stats_log", "by_parity", "busy")}
 
-    def maintainers() -> list[TableMaintainer]:  # the changelog table, then two tables reading it
+    def maintainers() -> list[TableMaintainer]:
+        """The changelog table (its small files bin-packed after every 2nd commit: a version between
+        two barriers), then two tables reading it."""
         return [TableMaintainer(spark, t, p, f"maintain_{t.name}", lambda name: str(warehouse / name),
-                                completions[t.name], costs=CostChoice(probe_every=1))  # type: ignore[arg-type]
+                                completions[t.name], costs=CostChoice(probe_every=1),  # type: ignore[arg-type]
+                                compact_every=2 if t is table else 0)
                 for t, p in [(table, plan), *readers]]
 
     versions: dict[str, int] = {}
@@ -304,7 +307,8 @@ def test_a_changelog_aggregate_appends_its_groups_compacts_and_reads_as_its_quer
         assert Counter(tuple(r) for r in visible(read_version(spark, path, version)).collect()) == expected, barrier
         light = run_query("SELECT * FROM stats_log", {"stats_log": DeltaTable_(path, version=version)})
         assert Counter(tuple(r.values()) for r in light.to_pylist()) == expected, f"barrier {barrier} (DataFusion)"
-        # the readers follow its changes through its compaction (barrier 6) with the state they started with
+        # the readers follow its changes through its compaction (barrier 6) and its bin-packing (a
+        # version between two barriers) with the state they started with
         for job, (reader, _) in zip(jobs[1:], readers, strict=True):
             job.process(BarrierWork(barrier, 1, 0, source_versions={"stats_log": version}))
             assert job.recomputed == (barrier == 1), barrier  # (else its changes applied)
@@ -313,7 +317,8 @@ def test_a_changelog_aggregate_appends_its_groups_compacts_and_reads_as_its_quer
                 query_at(spark, warehouse, reader.query, {"stats_log": version}), f"{reader.name}, barrier {barrier}"
             assert sorted(p.name for p in (warehouse / reader.name / STATE_FOLDER / "stats_log").iterdir()) == ["g1-b1"]
     history = DeltaTable.forPath(spark, path).history().orderBy("version").collect()
-    modes = [h.operationParameters.get("mode") for h in history]
+    assert "OPTIMIZE" in [h.operation for h in history]
+    modes = [h.operationParameters.get("mode") for h in history if h.operation == "WRITE"]
     # the rebuild; appends (barrier 3's changes nothing, so counts none); after the 3rd, across the
     # restart (counted from the commits' metadata), a compaction
     assert modes == ["Overwrite", "Append", "Append", "Append", "Append", "Overwrite", "Append", "Append"], modes
