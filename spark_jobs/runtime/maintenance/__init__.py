@@ -7,7 +7,11 @@
   need recomputing (MIN/MAX that lost their extreme value, COUNT(DISTINCT));
 * ``writes``: committing them (appended, a small table rewritten, a large one MERGEd), or a
   whole result;
-* ``functions``: Python tables (row-wise functions over changed rows, dead letters).
+* ``functions``: Python tables (row-wise functions over changed rows, dead letters);
+* ``keyed``: tables kept by key in Spark's state store (``WITH ('state' = 'keyed')``);
+* ``changelog_changes``: a changelog table's changes, for the tables that read it, from a
+  state of each key's last two rows;
+* ``state_stream``: the streaming query over staged rows that those two run on.
 
 ``spark_jobs.runtime.ivm.TableMaintainer`` picks the way for each barrier.
 """
