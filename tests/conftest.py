@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -193,17 +192,6 @@ def read_topic(kafka_bootstrap: str) -> Callable[[str], list[tuple[int, int, byt
 # keeps: each one evicted was compiled again at its next barrier (and its new classes JIT-compiled
 # again). CONTRIBUTING.md ("The two tiers") has what the room saves.
 SESSION_CONF = {"spark.sql.codegen.cache.maxEntries": "5000"}
-# The session's JVM computes most of the server tier on two cores: the parallel collector leaves
-# more of them to the tests than G1's concurrent marking does (CONTRIBUTING.md has the runs). A
-# collector chosen in LOCKSTEP_DRIVER_JVM_OPTIONS stays (two would stop the JVM from starting).
-SESSION_GC = "-XX:+UseParallelGC"
-
-
-def session_jvm_options(options: str) -> str:
-    """The test session's driver options: ``options`` with ``SESSION_GC`` unless they pick a collector."""
-    if re.search(r"-XX:\+Use\w*GC\b", options):
-        return options
-    return f"{options} {SESSION_GC}".strip()
 
 
 @pytest.fixture(scope="session")
@@ -212,8 +200,7 @@ def spark(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
     s3a:// file system on its classpath)."""
     from spark_jobs.runtime.session import build_session
 
-    settings = dataclasses.replace(base_settings, warehouse=str(tmp_path_factory.mktemp("spark-warehouse")),
-                                   driver_jvm_options=session_jvm_options(base_settings.driver_jvm_options))
+    settings = dataclasses.replace(base_settings, warehouse=str(tmp_path_factory.mktemp("spark-warehouse")))
     session = build_session("lockstep-tests", settings=settings, object_store=True,  # s3a:// tests share it
                             conf=SESSION_CONF)
     yield session
