@@ -228,36 +228,40 @@ def appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[
     return files, checksum["metadata"]["schemaString"]
 
 
-def changelog_appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[list[str], str] | None:
+def changelog_appended_files(spark: SparkSession, path: str, old: int,
+                             new: int) -> tuple[list[str], str, bool] | None:
     """The data files of a changelog table that its versions ``(old, new]`` added, among which
-    are the rows they appended (``APPENDED``), and its schema at ``new``: where each version
-    appended rows, compacted the table (its commit says so; a compaction keeps its own
-    barrier's rows appended) or changed no data (OPTIMIZE). None otherwise (a rebuild, a new
-    schema, a commit file gone): a reader of its changes starts over from a snapshot."""
+    are the rows they appended (``APPENDED``), its schema at ``new``, and whether no version
+    compacted (then the files hold just the appended rows): where each version appended rows,
+    compacted the table (its commit says so; a compaction keeps its own barrier's rows appended)
+    or changed no data (OPTIMIZE). None otherwise (a rebuild, a new schema, a commit file gone):
+    a reader of its changes starts over from a snapshot."""
     checksum = _checksum(spark, path, new)
     if not 0 < new - old or not _plain(checksum.get("metadata")):
         return None
-    files = []
+    files, just_appended = [], True
     for version in range(old + 1, new + 1):
         actions = _log_json(spark, path, f"{version:020d}.json")
-        added = None if actions is None else changelog_version_files(actions)
-        if added is None:
+        found = None if actions is None else changelog_version_files(actions)
+        if found is None:
             return None
-        files += [data_file(path, f) for f in added]
-    return files, checksum["metadata"]["schemaString"]
+        files += [data_file(path, f) for f in found[0]]
+        just_appended = just_appended and not found[1]
+    return files, checksum["metadata"]["schemaString"], just_appended
 
 
-def changelog_version_files(actions: list[dict[str, Any]]) -> list[str] | None:
-    """The data files one commit of a changelog table added (paths as its log states them, decoded), if
-    it appended, compacted (its metadata's ``layout``) or changed no data; else None.
+def changelog_version_files(actions: list[dict[str, Any]]) -> tuple[list[str], bool] | None:
+    """The data files one commit of a changelog table added (paths as its log states them,
+    decoded), and whether it compacted (removed rows: its metadata's ``layout`` says so), if it
+    appended, compacted or changed no data; else None.
 
     >>> info = {"commitInfo": {"userMetadata": '{"barrier": 4, "layout": "compacted"}'}}
     >>> add, remove = {"add": {"path": "b%201.parquet", "dataChange": True}}, {"remove": {"path": "a", "dataChange": True}}
     >>> changelog_version_files([info, add, remove]), changelog_version_files([{"commitInfo": {}}, add, remove])
-    (['b 1.parquet'], None)
+    ((['b 1.parquet'], True), None)
     >>> optimized = [{"add": {"path": "c", "dataChange": False}}, {"remove": {"path": "a", "dataChange": False}}]
-    >>> changelog_version_files(optimized), changelog_version_files([add, {"metaData": {}}])
-    ([], None)
+    >>> changelog_version_files(optimized), changelog_version_files([add]), changelog_version_files([add, {"metaData": {}}])
+    (([], False), (['b 1.parquet'], False), None)
     """
     added, removed, layout = [], False, None
     for action in actions:
@@ -274,4 +278,4 @@ def changelog_version_files(actions: list[dict[str, Any]]) -> list[str] | None:
             removed = removed or kind == "remove"
         elif kind != "txn":
             return None
-    return added if not removed or layout == COMPACTED else None
+    return (added, removed) if not removed or layout == COMPACTED else None

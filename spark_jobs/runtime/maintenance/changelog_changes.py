@@ -27,7 +27,7 @@ from coordinator.domain.snapshot import APPENDED, BARRIER, HIDDEN, ROW_KEY
 from coordinator.domain.work import BarrierWork
 from coordinator.faults import crash_point
 from spark_jobs.planning.plan import WEIGHT
-from spark_jobs.runtime.delta_log import appended_files, changelog_appended_files, read_files
+from spark_jobs.runtime.delta_log import changelog_appended_files, read_files
 from spark_jobs.runtime.maintenance.state_stream import STATE_FOLDER, StateStream
 from spark_jobs.runtime.maintenance.table import MaintainedTable, visible
 
@@ -56,12 +56,12 @@ class ChangelogChanges:
             self._run(work, self.t.snapshot(self.source, new))
             return None
         assert old is not None
-        appended = appended_files(self.t.spark, location, old, new) if new - old == 1 else None
-        rows = read_files(self.t.spark, *found).where(F.col(APPENDED))
+        files, schema, just_appended = found
+        rows = read_files(self.t.spark, files, schema).where(F.col(APPENDED))
         if new - old > 1:  # (several barriers' appends: a key's newest row replaces the row before them all)
             newest = Window.partitionBy(ROW_KEY).orderBy(F.col(BARRIER).desc())
             rows = rows.withColumn(LAST, F.row_number().over(newest)).where(F.col(LAST) == 1).drop(LAST)
-        self._run(work, rows, appended[0] if appended else None)  # (an append's files hold just its rows)
+        self._run(work, rows, files if just_appended and new - old == 1 else None)  # (an append's files: just its rows)
         crash_point("after_state_commit", self.t.crash_at)  # drills: the state has the barrier, the table not yet
         return self.stream.output(work.barrier).drop(BARRIER)
 
