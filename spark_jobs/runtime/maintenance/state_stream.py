@@ -91,8 +91,9 @@ class StateStream:
         for source, found in rows.items():
             if isinstance(found, DataFrame):
                 found.write.mode("overwrite").parquet(f"{writing}/{source}")
-            for file in found if isinstance(found, list) else ():
-                self.storage.copy(file, f"{writing}/{source}/{file.rsplit('/', 1)[1]}")
+            else:
+                for file in found:
+                    self.storage.copy(file, f"{writing}/{source}/{file.rsplit('/', 1)[1]}")
         if not self.storage.rename(writing, staged):
             raise OSError(f"could not rename {writing} to {staged}")
 
