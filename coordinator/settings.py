@@ -261,8 +261,8 @@ class Settings:
 
     @property
     def checkpoints(self) -> Path:
-        """Where the jobs' streaming checkpoints live: a folder of the machine that runs the
-        Spark driver (they hold offsets and commit marks only; the tables hold the data)."""
+        """Where the jobs' streaming checkpoints live: a folder of the machine that runs the Spark
+        driver, a folder in it per coordinator prefix and table (``spark_jobs.ops.tables.checkpoint_location``)."""
         return (self.home / "checkpoints").absolute()
 
     @property

@@ -53,6 +53,7 @@ LONGEST_FIRST = (
     "tests/drills/test_kafka_cluster.py",
     "tests/spark_jobs/ops/test_runner.py",
     "tests/drills/test_start_under_load.py",
+    "tests/drills/test_recreated_pipeline.py",
     "tests/spark_jobs/api/test_reads.py",
     "tests/lockstep/test_demo.py",
     "tests/lockstep_reads/test_snapshot.py",

@@ -81,17 +81,32 @@ class EndOffsets:
     def latest(self, partitions: Iterable[TopicPartition], committed: bool = False) -> dict[TopicPartition, int]:
         """Each partition's end: with ``committed``, the last stable offset (what a read_committed
         reader can reach); else the high watermark."""
-        request = {TopicPartition(tp.topic, tp.partition): OffsetSpec.latest() for tp in partitions}  # type: ignore[no-untyped-call]
+        return self._list({tp: OffsetSpec.latest() for tp in partitions}, committed)  # type: ignore[no-untyped-call]
+
+    def earliest(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each partition's first offset (where its log starts now)."""
+        return self._list({tp: OffsetSpec.earliest() for tp in partitions}, committed=True)  # type: ignore[no-untyped-call]
+
+    def at_time(self, partitions: Iterable[TopicPartition], ts_ms: int) -> dict[TopicPartition, int]:
+        """Each partition's first offset whose record's timestamp is at or after ``ts_ms``; -1 for
+        a partition with no record that late."""
+        return self._list({tp: OffsetSpec.for_timestamp(ts_ms) for tp in partitions}, committed=True, missing_ok=True)
+
+    def _list(self, request: dict[TopicPartition, Any], committed: bool, missing_ok: bool = False) -> dict[TopicPartition, int]:
+        """Offsets as ``request`` specifies them per partition. An answer of -1 is a leader that
+        is changing and is asked again, unless ``missing_ok`` (a timestamp no record reaches)."""
+        request = {TopicPartition(tp.topic, tp.partition): spec for tp, spec in request.items()}
         isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         for attempt in Retrying(retry=retry_if_exception(leader_changing), stop=stop_after_delay(RETRY_S),
                                 wait=_pause, before_sleep=self._renew, reraise=True):
             with attempt:
                 futures = self._current().list_offsets(request, isolation_level=isolation, request_timeout=REQUEST_S)
-                ends = {tp: int(future.result().offset) for tp, future in futures.items()}
-                if unknown := sorted(f"{tp.topic}[{tp.partition}]" for tp, end in ends.items() if end < 0):
+                answers = {tp: int(future.result().offset) for tp, future in futures.items()}
+                if unknown := sorted(f"{tp.topic}[{tp.partition}]" for tp, offset in answers.items()
+                                     if offset < 0 and not (missing_ok and offset == -1)):
                     raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
-                                                    f"no end offset for {', '.join(unknown)} (its leader changes)"))
-        return ends
+                                                    f"no offset for {', '.join(unknown)} (its leader changes)"))
+        return answers
 
     def topics(self) -> dict[str, Any]:
         """The cluster's topics (name -> TopicMetadata) as its metadata says now."""

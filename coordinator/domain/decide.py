@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from functools import singledispatch
 
@@ -48,8 +49,9 @@ from coordinator.domain.events import (
     table_key,
 )
 from coordinator.domain.roles import Role, holds_secret, role_problem, secret_digest
+from coordinator.domain.starts import EARLIEST, describe, rule_of, start_problem
 from coordinator.domain.state import MetaState
-from coordinator.domain.validity import name_problem, token_problem
+from coordinator.domain.validity import name_problem, number_problem, token_problem
 
 MAX_LEASE_TTL_MS = 24 * 3600 * 1000
 
@@ -127,20 +129,48 @@ def _(cmd: DeclareTable, state: MetaState, now_ms: int, role: Role | None) -> li
         raise Rejected(f"invalid table kind {cmd.kind!r} for {cmd.name!r}: use one of {', '.join(TABLE_KINDS)}")
     for column in cmd.primary_key:
         _check_identifier(f"primary key column of {cmd.name!r}", column)
+    _check_start(cmd)
     existing = state.tables.get(cmd.name)
     if existing is not None:
         if (existing.kind, existing.primary_key, existing.schema, existing.ctas) == (
             cmd.kind, cmd.primary_key, cmd.schema, cmd.ctas
         ):
+            if existing.kind == TableKind.ROOT and (cmd.start or EARLIEST) != rule_of(existing):
+                raise Rejected(
+                    f"table {cmd.name!r} started reading its topics as 'start' = {rule_of(existing)!r} said "
+                    f"({describe(rule_of(existing), existing.start_offsets)}); 'start' = {cmd.start!r} applies "
+                    f"to a new table only: set it back, or `lockstep drop {cmd.name}` and run the pipeline again"
+                )
+            again = existing if existing.table_id else replace(existing, table_id=_table_id(cmd))
             if not state.created(cmd.name):  # a runner starting again: its declaration is a sign of life
-                return [replace(existing, declared_at_ms=now_ms)]
-            return []  # declaring the same table again is a no-op, so pipelines can be re-run
+                return [replace(again, declared_at_ms=now_ms)]
+            return [again] if again is not existing else []  # the same table again: a no-op, so pipelines can be re-run
         made = "by CREATE TABLE AS SELECT" if existing.ctas else "by a declaration"
         raise Rejected(
             f"table {cmd.name!r} already exists as a {existing.kind} table made {made} "
             f"(primary key {list(existing.primary_key)}); pick another name"
         )
-    return [TableState(cmd.name, cmd.kind, cmd.primary_key, cmd.schema, declared_at_ms=now_ms, ctas=cmd.ctas, writers=())]
+    start = (cmd.start or EARLIEST) if cmd.kind == TableKind.ROOT else ""
+    return [TableState(cmd.name, cmd.kind, cmd.primary_key, cmd.schema, declared_at_ms=now_ms, ctas=cmd.ctas, writers=(),
+                       table_id=_table_id(cmd), start=start, start_offsets=cmd.start_offsets)]
+
+
+def _check_start(cmd: DeclareTable) -> None:
+    """A root table's start rule and the offsets it resolved to; other tables have none."""
+    if cmd.kind != TableKind.ROOT and (cmd.start or cmd.start_offsets):
+        raise Rejected(f"table {cmd.name!r} is {cmd.kind}: only a root table has a 'start' (it reads Kafka topics)")
+    if cmd.start and (problem := start_problem(cmd.start)) is not None:
+        raise Rejected(f"table {cmd.name!r}: {problem}")
+    for entry in cmd.start_offsets:
+        _check_token(f"start topic of {cmd.name!r}", entry.topic)
+        if (problem := number_problem(f"start offset of {entry.topic}[{entry.partition}]", entry.offset)) is not None:
+            raise Rejected(problem)
+
+
+def _table_id(cmd: DeclareTable) -> str:
+    """A new table's identity: from the request that declared it, so deciding that request again
+    (after a failover) makes the same one, and any other declaration another."""
+    return hashlib.sha256(f"{cmd.name}\0{cmd.request_id}".encode()).hexdigest()[:16]
 
 
 @_decide.register

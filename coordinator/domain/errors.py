@@ -74,6 +74,14 @@ class Rejected(LockstepError):
     label = "rejected"
 
 
+class ForeignState(Rejected):
+    """A table's folder holds data or streaming state of another table (one of the same name in
+    another pipeline, or from before a drop): a job never continues it. The message names both and
+    how to fix it."""
+
+    label = "refused"
+
+
 class UnknownTables(Rejected):
     """Tables that are not registered with the coordinator (checked before any work starts)."""
 

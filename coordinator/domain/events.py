@@ -106,6 +106,10 @@ class DeclareTable:
     primary_key: tuple[str, ...] = ()
     schema: str = ""
     ctas: bool = False  # created by CREATE TABLE AS SELECT: hidden until its first exact point
+    # a root table: where it starts reading its topics (``coordinator.domain.starts``; "": earliest)
+    # and the offsets that rule resolved to when the declaring runner asked Kafka
+    start: str = ""
+    start_offsets: tuple[CutEntry, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,15 @@ class TableState:
     # every job and generation that wrote the table (DeclareTable starts it empty); None on a
     # table recorded before writers were kept: every completion of it counts until a job registers
     writers: tuple[WriterTerm, ...] | None = None
+    # this table's identity, made when it was declared (a table of the same name declared again
+    # after a drop, or in another coordinator, gets another): its Delta commits and its jobs'
+    # streaming state carry it, so a job never continues another table's state; "": declared
+    # before tables had one (its next declaration gives it one)
+    table_id: str = ""
+    # a root table: where it started reading its topics (``coordinator.domain.starts``; "": earliest),
+    # and the offsets that resolved to when it was declared (a partition not listed: its first record)
+    start: str = ""
+    start_offsets: tuple[CutEntry, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,9 @@ def _problems(record: TableState | JobState | BarrierAnnounced | BarrierComplete
                     number_problem("generation", record.generation),
                     *(number_problem("generation start", g.from_barrier) for g in record.generations),
                     *(name_problem("writer", w.job_id) or number_problem("writer's generation", w.generation)
-                      for w in record.writers or ())]
+                      for w in record.writers or ()),
+                    *(token_problem("start topic", c.topic) or number_problem("start offset", c.offset)
+                      for c in record.start_offsets)]
         case JobState():
             return [name_problem("job id", record.job_id), name_problem("sink", record.sink),
                     *(name_problem("source", s) for s in record.sources),

@@ -1,7 +1,8 @@
 """Barrier work planning, kept pure: which barriers a job commits and what each one covers.
 
 A root job reads, per barrier, the offset range of each topic-partition between the cut of the
-barrier it processed before and this barrier's cut; an intermediate job reads its sources at
+barrier it processed before (for its table's first barrier: the offsets its start rule resolved
+to, ``coordinator.domain.starts``) and this barrier's cut; an intermediate job reads its sources at
 their exact points of the barrier. A job further behind than the catch-up stride commits only
 at multiples of it (``barriers.commit_points``). The Spark barrier source
 (``spark_jobs.runtime.epochs``) calls ``work_for`` and hands each ``BarrierWork`` to the job.
@@ -26,9 +27,10 @@ from typing import Any
 from coordinator.domain.barriers import commit_points
 from coordinator.domain.errors import LockstepError
 from coordinator.domain.events import END_STATUSES, NO_PARTITIONS, JobState, OffsetRange
+from coordinator.domain.starts import EARLIEST_OFFSET, begin_offsets
 from coordinator.domain.state import MetaState
 
-EARLIEST = -2  # an offset range's start when the partition is read from its first record (Kafka's -2)
+EARLIEST = EARLIEST_OFFSET  # an offset range's start when the partition is read from its first record
 EMPTY = -1  # restore_to's version for a revision from scratch (--full): no rows
 
 
@@ -95,6 +97,9 @@ def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int 
     previous = start
     points = {s: state.exact_points(s) for s in job.sources}  # empty for root jobs
     restore = _restore_point(state, job) if job.external_topics and start == job.resume_barrier else None
+    table = state.tables.get(job.sink)
+    begin = begin_offsets(table) if table is not None else {}  # where the table's start rule said to begin
+    reached: dict[tuple[str, int], int] | None = None  # where the barrier planned before in this call ended
     for b in commit_points(start, end, stride):
         announced = state.barriers.get(b)
         if announced is None or not all(b in p for p in points.values()):
@@ -109,8 +114,13 @@ def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int 
             first = previous <= job.resume_barrier and not state.completions.get(job.sink, {}).get(previous)
             ends = {(c.topic, c.partition): c.offset for c in announced.cut
                     if c.topic in job.external_topics and c.partition != NO_PARTITIONS}
-            before = {} if first else _cut_before(state, previous, set(ends), job.sink)
-            offsets = [OffsetRange(t, p, before.get((t, p), EARLIEST), end) for (t, p), end in ends.items()]
+            if reached is None:
+                reached = begin if first else _cut_before(state, previous, set(ends), job.sink)
+            starts = {tp: reached.get(tp, EARLIEST) for tp in ends}
+            # a cut measured before the start rule was resolved, but announced after the job registered,
+            # ends before the start: nothing to read there yet
+            offsets = [OffsetRange(t, p, starts[t, p], max(end, starts[t, p])) for (t, p), end in ends.items()]
+            reached = {(o.topic, o.partition): o.end for o in offsets}
             out.append(replace(work, offsets=offsets, restore_to=None if out else restore))
         else:
             out.append(replace(work, source_versions={s: p[b] for s, p in points.items()}))

@@ -7,18 +7,21 @@ from typing import Any
 from coordinator.columns import column_sources, ddl_columns
 from coordinator.domain import MetaState
 from coordinator.domain.delays import delay_report
+from coordinator.domain.events import TableKind, TableState
 from coordinator.domain.records import to_record
 from coordinator.domain.snapshot import Snapshot
+from coordinator.domain.starts import rule_of
 from coordinator.settings import Settings
 
 
 def topology(state: MetaState, now_ms: int, liveness_ms: int) -> dict[str, Any]:
-    """Tables in the catalog (CTAS tables not yet created are listed under ``pending`` only); a
-    job's status is STALLED when it is RUNNING but silent past the liveness window; ``fused_with``
-    is the leader of the fused group that made its newest commit ("": its own query)."""
+    """Tables in the catalog (CTAS tables not yet created are listed under ``pending`` only), a
+    root's with its start rule and the offsets it resolved to; a job's status is STALLED when it
+    is RUNNING but silent past the liveness window; ``fused_with`` is the leader of the fused
+    group that made its newest commit ("": its own query)."""
     return {
-        "tables": {n: {"kind": (t := state.tables[n]).kind, "writer": t.writer, "generation": t.generation}
-                   for n in state.catalog()},
+        "tables": {n: {"kind": (t := state.tables[n]).kind, "writer": t.writer, "generation": t.generation,
+                       "table_id": t.table_id, **_start(t)} for n in state.catalog()},
         "pending": state.pending(),
         "jobs": {
             j: {"sink": s.sink, "sources": list(s.sources), "external_topics": list(s.external_topics),
@@ -27,6 +30,13 @@ def topology(state: MetaState, now_ms: int, liveness_ms: int) -> dict[str, Any]:
         },
         "edges": [list(e) for e in state.edges()],
     }
+
+
+def _start(table: TableState) -> dict[str, Any]:
+    """A root table's start: its rule, and the offsets it resolved to as [topic, partition, offset]."""
+    if table.kind != TableKind.ROOT:
+        return {}
+    return {"start": rule_of(table), "start_offsets": [[c.topic, c.partition, c.offset] for c in table.start_offsets]}
 
 
 def snapshot(snap: Snapshot, settings: Settings) -> dict[str, Any]:

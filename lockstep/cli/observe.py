@@ -1,4 +1,4 @@
-"""Looking at the running coordinator: ``topology``, ``delays``, ``barriers tail``, ``replay``."""
+"""Looking at the running coordinator: ``status``, ``topology``, ``delays``, ``barriers tail``, ``replay``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from rich.table import Table
 
 from coordinator.client.rest import get_json
 from coordinator.domain.errors import LockstepError
-from coordinator.domain.events import END_STATUSES, NO_PARTITIONS, JobStatus, TableKind
+from coordinator.domain.events import END_STATUSES, NO_PARTITIONS, CutEntry, JobStatus, TableKind
+from coordinator.domain.starts import describe
 from coordinator.settings import Settings
 from lockstep.cli.common import delay_tables, echo_json, format_option
 
@@ -50,6 +51,40 @@ def topology(settings: Settings, fmt: str) -> None:
                        f"{', '.join(stalled)}")
         if body.get("pending"):
             click.echo(f"being created (CREATE TABLE AS SELECT, no barrier committed yet): {', '.join(body['pending'])}")
+
+
+@click.command()
+@format_option()
+@click.pass_obj
+def status(settings: Settings, fmt: str) -> None:
+    """The pipeline at a glance, from the running coordinator: each table's writer and its status,
+    generation, newest exact point and lag in barriers, and where each root table started reading
+    its topics (its 'start' rule and the offsets that resolved to when it was declared)."""
+    shape, delays_now = get_json(settings, "/topology"), get_json(settings, "/delays")
+    rows = []
+    for name, t in shape["tables"].items():
+        figures = delays_now["tables"].get(name, {})
+        writer = t["writer"]
+        offsets = [CutEntry(*entry) for entry in t.get("start_offsets", [])]
+        rows.append({"table": name, "kind": t["kind"], "table_id": t.get("table_id", ""), "writer": writer,
+                     "status": shape["jobs"][writer]["status"] if writer in shape["jobs"] else None,
+                     "generation": t["generation"], "latest_exact_barrier": figures.get("latest_exact_barrier"),
+                     "lag_barriers": figures.get("lag_barriers"), "start": t.get("start"),
+                     "started_at": describe(t["start"], offsets) if "start" in t else None})
+    if fmt == "json":
+        echo_json({"tables": rows, "pending": shape.get("pending", [])})
+        return
+    table = Table("table", "kind", "writer", "status", "generation", "newest exact barrier", "lag")
+    for row in rows:
+        lag = row["lag_barriers"]
+        table.add_row(row["table"], row["kind"], row["writer"] or "-", row["status"] or "-", str(row["generation"]),
+                      str(row["latest_exact_barrier"] or "-"), "-" if lag is None else str(lag))
+    Console().print(table)
+    for row in rows:
+        if row["started_at"] is not None:
+            click.echo(f"{row['table']} started reading at {row['started_at']}")
+    if shape.get("pending"):
+        click.echo(f"being created (CREATE TABLE AS SELECT, no barrier committed yet): {', '.join(shape['pending'])}")
 
 
 @click.command()

@@ -15,7 +15,8 @@ from coordinator.client.commands import new_request_id
 from coordinator.client.rest import get_json
 from coordinator.domain import DeregisterJob, DropTable, RequestRevision
 from coordinator.domain.errors import LockstepError, Rejected
-from coordinator.domain.events import END_STATUSES, JobStatus, split_key
+from coordinator.domain.events import END_STATUSES, CutEntry, JobStatus, split_key
+from coordinator.domain.starts import describe
 from coordinator.settings import Settings
 from lockstep.cli.common import echo_json, format_option, load, send, stop_signals
 
@@ -39,8 +40,12 @@ def run(settings: Settings, pipeline_files: tuple[str, ...], jobs: tuple[str, ..
     A pipeline file is SQL, or Python with decorated functions (docs/pipelines.md); several files
     make one pipeline (a Python file's functions may read a SQL file's tables).
 
-    Any rejection is printed and nothing starts. Each root job is its own streaming query with
-    its own checkpoint under $LOCKSTEP_HOME/checkpoints; the jobs that read only tables of this
+    Any rejection is printed and nothing starts. A root table reads its topics from where its
+    'start' rule said when it was declared (default: earliest, each partition's first record).
+    Each root job is its own streaming query with its own checkpoint under
+    $LOCKSTEP_HOME/checkpoints/<prefix>/<table>-<table id> (a table of the same name in another
+    pipeline, or one dropped before, is never continued; a warehouse folder holding such a
+    table's data is refused, exit 1, with what to do); the jobs that read only tables of this
     run are its fused group: they run on those tables' commits, without a query of their own
     (`lockstep explain` lists the groups; LOCKSTEP_FUSE_JOBS=0: every job its own query). A job
     that fails is reported and restarted with a growing backoff while the others carry on (a
@@ -207,7 +212,7 @@ def revise(settings: Settings, table: str, barrier: int | None, full: bool, time
 @click.pass_obj
 def drop(settings: Settings, table: str, reason: str | None, timeout: float) -> None:
     """Remove TABLE: its catalog entry, its exact points and its files (the Delta table, its dead
-    letters, and the checkpoints of the jobs that wrote it, so a table of that name starts afresh).
+    letters, and the checkpoints of its jobs on this machine, so a table of that name starts afresh).
 
     Refused while a job writes or reads it (`lockstep stop` them first) or a repeatable-read
     snapshot holds it. Exit 0 dropped, 1 rejected, 3 coordinator unreachable.
@@ -223,6 +228,17 @@ def drop(settings: Settings, table: str, reason: str | None, timeout: float) -> 
     click.echo(f"table {table} dropped; removed {', '.join(str(p) for p in removed) or 'no files (there were none)'}")
 
 
+def _started(settings: Settings, roots: list[str]) -> dict[str, str]:
+    """Where the coordinator, if one answers, says each of ``roots`` started reading (its start
+    rule and the offsets that resolved to); nothing for a table it does not know yet."""
+    try:
+        known = get_json(settings, "/topology", timeout=2)["tables"]
+    except (LockstepError, KeyError, TypeError):  # none answers, or not a coordinator: the rules say enough
+        return {}
+    return {name: describe(known[name]["start"], [CutEntry(*c) for c in known[name].get("start_offsets", [])])
+            for name in roots if "start" in known.get(name, {})}
+
+
 def _who() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
@@ -235,7 +251,8 @@ def explain(settings: Settings, pipeline_files: tuple[str, ...], fmt: str) -> No
     """Print, per job of PIPELINE_FILES, how it maintains its table and why, which source columns
     each of its columns is computed from, and the fused groups `lockstep run` of those files
     makes (parses SQL and loads Python files without calling their functions; starts no Spark,
-    reaches no broker)."""
+    reaches no broker). If a coordinator answers at LOCKSTEP_COORDINATOR_URL, it also says where
+    each root table it knows started reading (its 'start' rule resolved to offsets)."""
     from spark_jobs.planning.columns import column_lineage
     from spark_jobs.planning.fusion import fused_groups
     from spark_jobs.planning.pipeline import DerivedTable
@@ -245,15 +262,19 @@ def explain(settings: Settings, pipeline_files: tuple[str, ...], fmt: str) -> No
     columns = column_lineage(pipeline)
     groups = fused_groups(pipeline.jobs) if settings.fuse_jobs else {}
     group_of = {member: leader for leader, members in groups.items() for member in members}
+    started = _started(settings, [t.name for t in pipeline.roots])
     if fmt == "json":
         echo_json({"jobs": [{"job_id": job.job_id, "sink": job.sink, "sources": list(job.sources),
                              "topics": list(job.external_topics), "maintenance": explain_job(pipeline, job),
-                             "columns": columns.get(job.sink), "fused_with": group_of.get(job.job_id)}
+                             "columns": columns.get(job.sink), "fused_with": group_of.get(job.job_id),
+                             "started_at": started.get(job.sink)}
                             for job in pipeline.jobs],
                    "fused_groups": {leader: list(members) for leader, members in groups.items()}})
         return
     for job in pipeline.jobs:
         click.echo(f"{job.job_id} -> {job.sink}: {explain_job(pipeline, job)}")
+        if job.sink in started:
+            click.echo(f"    started reading at {started[job.sink]} (the coordinator at {settings.coordinator_url})")
         table = pipeline.table(job.sink)
         python = table.python if isinstance(table, DerivedTable) else None
         if python is not None:

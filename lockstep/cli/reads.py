@@ -210,10 +210,12 @@ def vacuum(settings: Settings, tables: tuple[str, ...], dry_run: bool, retain_ba
         echo_json({"tables": [dataclasses.asdict(report) for report in reports]})
         return
     for report in reports:
+        verb = "would delete" if dry_run else "deleted"
+        for folder in report.stale:
+            click.echo(f"{report.table}: {verb} streaming state that is not this table's: {folder}")
         if report.floor is None:
             click.echo(f"{report.table}: no Delta table yet; nothing to vacuum")
             continue
-        verb = "would delete" if dry_run else "deleted"
         click.echo(f"{report.table}: {verb} {len(report.files)} file(s); versions >= {report.floor} stay readable")
         for keep in report.keeps:
             click.echo(f"  keeps version {keep.version}: {keep.reason}")

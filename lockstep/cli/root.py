@@ -18,7 +18,7 @@ from lockstep import signals
 from lockstep.cli.demo import datagen, demo
 from lockstep.cli.dev import acls, dev, worker
 from lockstep.cli.emit import emit_group
-from lockstep.cli.observe import barriers, delays, replay_command, topology
+from lockstep.cli.observe import barriers, delays, replay_command, status, topology
 from lockstep.cli.pipelines import drop, explain, revise, run, stop_job
 from lockstep.cli.reads import query, serve, vacuum
 
@@ -79,8 +79,8 @@ def cli(ctx: click.Context) -> None:
     ctx.obj = settings if without_kafka else settings.check_kafka()
 
 
-for command in (dev, worker, acls, demo, datagen, run, stop_job, revise, drop, explain, query, serve, vacuum, topology,
-                delays, barriers, replay_command):
+for command in (dev, worker, acls, demo, datagen, run, stop_job, revise, drop, explain, query, serve, vacuum, status,
+                topology, delays, barriers, replay_command):
     cli.add_command(command)
 cli.add_command(emit_group, name="emit")
 

@@ -12,7 +12,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import shutil
 import threading
 import time
 import uuid
@@ -33,9 +32,10 @@ from coordinator.settings import Settings
 from spark_jobs.ops.ctas_cleanup import CtasCleanup
 from spark_jobs.ops.fused import FusedJob
 from spark_jobs.ops.hooks import JobEvent, JobHooks
-from spark_jobs.ops.jobs import JobQuery, JobRun, job_processor, select_jobs, start_job
+from spark_jobs.ops.jobs import JobQuery, JobRun, declared_table, job_processor, select_jobs, start_job
 from spark_jobs.ops.openlineage_events import OpenLineageEvents
 from spark_jobs.ops.renewals import Renewals
+from spark_jobs.ops.tables import checkpoint_location
 from spark_jobs.ops.upkeep import TableUpkeep
 from spark_jobs.ops.watchdog import Watchdog
 from spark_jobs.planning.fusion import fused_groups
@@ -143,16 +143,22 @@ class Supervisor:
                 self.report(f"fused group of {leader}: {', '.join(members)} run on its commits (no query of their own)")
         # where the jobs stand before they start: a job far behind is reported from its first
         # barrier on, even if it catches up before the first poll reads the state again
-        before = self._read_state("the jobs' state") if self.follow_status else None
-        for job in jobs:
-            self.queries[job.job_id] = self._start_job(job)
-            self._tell("on_created", JobEvent(job.job_id, job.sink, JobStatus.RUNNING))
-        if before is not None:
+        # (and each job's table as the coordinator knows it: its id, its start, its exact points)
+        before = self._read_state("the jobs' state")
+        try:
+            for job in jobs:
+                self.queries[job.job_id] = self._start_job(job, before)
+                self._tell("on_created", JobEvent(job.job_id, job.sink, JobStatus.RUNNING))
+        except BaseException:  # e.g. a table refused (ForeignState): stop those started, say why
+            self.stop()
+            raise
+        if before is not None and self.follow_status:
             self._report_progress(before, time.monotonic())
 
-    def _start_job(self, job: Job) -> JobQuery:
+    def _start_job(self, job: Job, state: MetaState | None = None) -> JobQuery:
         """Start ``job``; say how long its setup took and, once, when its first barrier is in (a
-        restart's recovery time, where a user sees it)."""
+        restart's recovery time, where a user sees it). ``state``: the coordinator's, read lately
+        (read anew if None)."""
         began = time.monotonic()
         setup: list[float] = []  # seconds, once start_job returned
         first: list[BarrierWork] = []
@@ -168,7 +174,7 @@ class Supervisor:
             run = self._start_fused(job, committed)
         else:
             run = start_job(self.spark, self.pipeline, job, self.settings, on_barrier=committed,
-                            drain_flag=self._drain_flag)
+                            drain_flag=self._drain_flag, state=state)
         setup.append(time.monotonic() - began)
         self._processors[job.job_id] = run.processor
         return run.query
@@ -182,8 +188,11 @@ class Supervisor:
             self._follower = StateFollower(self.settings, Topics(self.settings.topic_prefix))
             self._follower.start()
             self._follower.wait_current(timeout=60)  # a member never plans from a state still being read
-        shutil.rmtree(self.settings.checkpoints / job.job_id, ignore_errors=True)
-        processor = job_processor(self.spark, self.pipeline, job, self.settings)
+        with self._follower.reader.lock:
+            state = self._follower.reader.state.copy()
+        table = declared_table(self.settings, job, state).table
+        Storage(self.spark).delete(checkpoint_location(self.settings, job.job_id, table))
+        processor = job_processor(self.spark, self.pipeline, job, self.settings, state)
         processor.publisher.fused_with = self.fused[job.job_id]
         member = FusedJob(processor, job.job_id, self._follower, self.settings.barriers.catchup_stride,
                           on_barrier=committed, drain_flag=self._drain_flag)

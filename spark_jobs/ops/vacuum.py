@@ -8,6 +8,9 @@ go with it: they keep every version from the one that held them at the table's o
 exact point (a revision puts them back there). Delta's own VACUUM deletes them, given
 exactly that list as its inventory: its time-based retention counts in whole hours
 (``RETAIN 0.5 HOURS`` is rounded), too coarse to keep one version and not the one before.
+Streaming checkpoints go too once they are not the table's own: those of a table of the same
+name dropped before (another table id), and those an older Lockstep kept by job name for the
+table's jobs (``stale``).
 Files are listed and read through Hadoop's file system API, so an object-store warehouse
 (``s3a://``) is vacuumed like a local one.
 
@@ -20,7 +23,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
 
 from delta.tables import DeltaTable
@@ -33,6 +36,7 @@ from coordinator.domain.errors import check_known
 from coordinator.domain.events import dead_letters
 from coordinator.domain.retention import Keep, versions_to_keep
 from coordinator.settings import Settings
+from spark_jobs.ops.tables import checkpoint_folders
 from spark_jobs.runtime.delta_log import data_file, log_file, parse_metadata
 from spark_jobs.runtime.maintenance.state_stream import STATE_FOLDER
 from spark_jobs.runtime.session import session_conf
@@ -50,13 +54,15 @@ INVENTORY = "path STRING, length BIGINT, isDir BOOLEAN, modificationTime BIGINT"
 @dataclass(frozen=True)
 class VacuumReport:
     """One table: the oldest version kept readable (None: no Delta table yet), why each kept
-    version is kept, and the files deleted (with ``dry_run``: that would be deleted)."""
+    version is kept, and the files deleted (with ``dry_run``: that would be deleted); ``stale``,
+    the folders of streaming state that was not the table's own, deleted the same way."""
 
     table: str
     floor: int | None
     keeps: list[Keep]
     files: list[str]
     dry_run: bool
+    stale: list[str] = field(default_factory=list)
 
 
 def vacuum(spark: SparkSession, settings: Settings, tables: Sequence[str] = (), retain_barriers: int | None = None,
@@ -71,12 +77,26 @@ def vacuum(spark: SparkSession, settings: Settings, tables: Sequence[str] = (), 
     for name in names:
         path = settings.table_location(name)
         report = _vacuum_table(spark, path, name, versions_to_keep(state, name, retain), dry_run)
+        report.stale.extend(_stale_state(Storage(spark), settings, state, name, dry_run))
         reports.append(report)
         dead = settings.table_location(dead_letters(name))
         if report.floor is not None and DeltaTable.isDeltaTable(spark, dead):
             keeps = _dead_letters_to_keep(spark, dead, name, state, report.floor)
             reports.append(_vacuum_table(spark, dead, dead_letters(name), keeps, dry_run))
     return reports
+
+
+def _stale_state(storage: Storage, settings: Settings, state: MetaState, table: str, dry_run: bool) -> list[str]:
+    """Delete (with ``dry_run``: list) the checkpoints on this machine of tables named ``table``
+    that are not this one (another table id: one dropped before), and those an older Lockstep
+    kept by job name (``$LOCKSTEP_HOME/checkpoints/<job>``) for the table's jobs."""
+    jobs = sorted(j for j, job in state.jobs.items() if job.sink == table)
+    stale = [p.as_uri() for p in checkpoint_folders(settings, table, keep=state.tables[table].table_id)]
+    stale += [(settings.checkpoints / job).as_uri() for job in jobs if (settings.checkpoints / job).is_dir()]
+    if not dry_run:
+        for location in stale:
+            storage.delete(location)
+    return stale
 
 
 def _dead_letters_to_keep(spark: SparkSession, path: str, table: str, state: MetaState, floor: int) -> list[Keep]:

@@ -38,12 +38,13 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from coordinator.domain.errors import UsageError
+from coordinator.domain.starts import EARLIEST, start_problem
 from coordinator.domain.validity import column_problem, name_problem
 from coordinator.spark_sql import SPARK
 from spark_jobs.planning.python_tables import PythonTable, load_python_tables
 
 FORMATS = ("json", "avro", "debezium-json", "avro-confluent", "debezium-avro-confluent")
-ROOT_OPTIONS = {"source", "format", "primary_key", "avro_schema", "avro_schema_file", "transactions"}
+ROOT_OPTIONS = {"source", "format", "primary_key", "avro_schema", "avro_schema_file", "transactions", "start"}
 
 
 class PipelineError(UsageError, ValueError):
@@ -70,6 +71,8 @@ class RootTable:
     avro_schema: str | None = None
     # Debezium's transaction topic: a barrier holds whole source transactions (option 'transactions')
     transactions: str | None = None
+    # where a new table starts reading its topics (option 'start': coordinator.domain.starts)
+    start: str = EARLIEST
 
     @property
     def schema_ddl(self) -> str:
@@ -308,7 +311,10 @@ def _root(statement: exp.Create, where: str, base: Path | None) -> RootTable:
     if fmt == "avro" and not avro_schema:
         raise PipelineError(f"{where}: format avro needs 'avro_schema' or 'avro_schema_file'")
     topic = source[len("kafka:"):]
-    return RootTable(name, columns, topic, fmt, key, avro_schema, _transactions(options, fmt, topic, where))
+    start = options.get("start", EARLIEST).strip().lower()
+    if (problem := start_problem(start)) is not None:
+        raise PipelineError(f"{where}: table {name}: {problem}")
+    return RootTable(name, columns, topic, fmt, key, avro_schema, _transactions(options, fmt, topic, where), start)
 
 
 def _transactions(options: dict[str, str], fmt: str, topic: str, where: str) -> str | None:

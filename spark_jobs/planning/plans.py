@@ -45,6 +45,7 @@ from sqlglot import exp
 
 from coordinator.domain.events import dead_letters
 from coordinator.domain.snapshot import HIDDEN
+from coordinator.domain.starts import meaning
 from coordinator.spark_sql import SPARK
 from spark_jobs.planning.aggregates import aggregate_names, aggregate_parts, selected, with_weight
 from spark_jobs.planning.groups import NotGrouped, groups_of
@@ -319,5 +320,6 @@ def explain_job(pipeline: Pipeline, job: Job) -> str:
         if table.transactions:
             how += f", whole source transactions (their END markers in {table.transactions})"
         return (f"root ingestion from Kafka topic {table.topic}, format {table.format}, {how}; "
-                f"one Delta commit per barrier, bad records to {dead_letters(table.name)}")
+                f"one Delta commit per barrier, bad records to {dead_letters(table.name)}; a new table starts "
+                f"reading {meaning(table.start)}")
     return plan_for(pipeline, table).explain()

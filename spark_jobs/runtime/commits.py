@@ -1,9 +1,11 @@
 """One Delta commit per barrier, idempotent, and the completion that announces it.
 
 Every write a job makes for barrier ``b`` carries ``txnAppId = "<job>#g<generation>"``,
-``txnVersion = b`` and ``userMetadata = {"barrier": b, "job": ..., "generation": g}``. Replaying
-the barrier after a crash is then a no-op in Delta, and the version that holds barrier ``b``
-is found again from the table history.
+``txnVersion = b`` and ``userMetadata = {"barrier": b, "job": ..., "generation": g, "table_id":
+...}``. Replaying the barrier after a crash is then a no-op in Delta, and the version that holds
+barrier ``b`` is found again from the table history. The table id (``TableState.table_id``) says
+which table of that name made the commit: a sink refuses a folder whose commits name another
+(``ForeignState``), since its marks would make this table's barriers look done already.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from coordinator.client.delivery import Delivered
 from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
 from coordinator.domain import BarrierCompleted, OffsetRange, PhaseTime, SourceVersion, entity_key
+from coordinator.domain.errors import ForeignState
 from coordinator.faults import crash_point, fires_once
 from coordinator.settings import CrashAt, Settings
 from spark_jobs.runtime.catalog import register_table
@@ -76,6 +79,7 @@ class DeltaSink:
     compact_every: int = 0  # compact the table's small files after every this many commits (0: never)
     name: str | None = None  # the table's name in a Hive metastore, registered once the table exists
     lazy_history: bool = False  # read the table's history at first need, not at start (dead letters: rarely)
+    table_id: str = ""  # the coordinator's id of the table this sink writes (TableState.table_id; "": unchecked)
     versions: dict[tuple[int, int], int] = field(default_factory=dict)  # (generation, barrier) -> version
     # (generation, barrier) -> the source versions an intermediate job read for that commit
     sources: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
@@ -128,8 +132,11 @@ class DeltaSink:
             storage.delete(log)
 
     def _load_history(self) -> None:
+        owners: dict[str, int] = {}  # table id -> the newest version that carries it
         for row in DeltaTable.forPath(self.spark, self.path).history().select("version", "userMetadata").collect():
             meta = parse_metadata(row["userMetadata"])
+            if meta.get("table_id"):
+                owners[str(meta["table_id"])] = max(owners.get(str(meta["table_id"]), -1), int(row["version"]))
             if meta.get("job") == self.job_id:
                 at = (int(meta["generation"]), int(meta["barrier"]))
                 self.versions[at] = int(row["version"])
@@ -140,6 +147,15 @@ class DeltaSink:
                 if isinstance(meta.get("costs"), dict):
                     self.costs[at] = {str(k): float(v) for k, v in meta["costs"].items()}
         self._history_loaded = True
+        foreign = {owner: v for owner, v in owners.items() if self.table_id and owner != self.table_id}
+        if foreign:
+            owner, version = max(foreign.items(), key=lambda item: item[1])
+            raise ForeignState(
+                f"{self.path} holds another table {self.name or ''} (table id {owner}, up to version {version}), "
+                f"not the one the coordinator knows (table id {self.table_id}): a table of the same name from "
+                "another pipeline (another LOCKSTEP_TOPIC_PREFIX or coordinator) or from before it was dropped. "
+                "Nothing was written. Keep both: set another LOCKSTEP_WAREHOUSE; or, if that data is not "
+                "wanted, `lockstep drop` it in its own pipeline or delete the folder, then run again")
 
     def ensure_history(self) -> None:
         """Read the table's history if it exists and was not read yet (``lazy_history``)."""
@@ -158,6 +174,8 @@ class DeltaSink:
     def metadata(self, barrier: int, generation: int, sources: dict[str, int] | None = None,
                  query: str | None = None, costs: dict[str, float] | None = None, layout: str | None = None) -> str:
         meta: dict[str, object] = {"barrier": barrier, "job": self.job_id, "generation": generation}
+        if self.table_id:
+            meta["table_id"] = self.table_id
         if sources is not None:
             meta["sources"] = sources
         if query is not None:

@@ -13,7 +13,10 @@ can be stopped between batches instead of in the middle of one.
 
 An offset also names the job's generation: when a revision bumps it, the next micro-batch
 starts over from the revision's barrier in the new generation (the running query follows;
-nothing restarts it). A revised root job's first barrier carries ``restore_to``.
+nothing restarts it). A revised root job's first barrier carries ``restore_to``. And it names
+the job's table (``TableState.table_id``): an offset of another table of the same name (a
+checkpoint copied, or left where a new table's went) is not continued; the job starts as a new
+one would, from its table's newest exact point or its start rule, and says so.
 
 The reader runs in Spark's Python source runner, a separate process: a follower thread there
 folds the state topics with the same StateReader as every other component, so asking for new
@@ -103,6 +106,7 @@ class BarrierReader(SimpleDataSourceStreamReader):
         self.options = options
         self._follower: Any = None
         self._ready: tuple[int, int] | None = None  # (events folded, the newest barrier the job may process)
+        self._refused: dict[str, int | str] | None = None  # the last offset of another table not continued
 
     def _following(self) -> Any:
         """The state follower, started on first use and caught up with the topics."""
@@ -121,13 +125,16 @@ class BarrierReader(SimpleDataSourceStreamReader):
             self._follower = follower
         return self._follower
 
-    def initialOffset(self) -> dict[str, int]:  # noqa: N802 - pyspark API
+    def initialOffset(self) -> dict[str, int | str]:  # noqa: N802 - pyspark API
         reader = self._following().reader
         with reader.lock:
-            job = job_to_run(reader.state, self.job_id)
-            return {"barrier": job.resume_barrier, "generation": job.generation}
+            return self._initial(reader.state, job_to_run(reader.state, self.job_id))
 
-    def read(self, start: dict[str, int]) -> tuple[Iterator[tuple[int, int, int, str]], dict[str, int]]:
+    @staticmethod
+    def _initial(state: MetaState, job: JobState) -> dict[str, int | str]:
+        return {"barrier": job.resume_barrier, "generation": job.generation, "table_id": _table_id(state, job)}
+
+    def read(self, start: dict[str, int | str]) -> tuple[Iterator[tuple[int, int, int, str]], dict[str, int | str]]:
         """The barriers after ``start`` the job may process now (none: ``start`` again)."""
         reader = self._following().reader
         with reader.lock:
@@ -136,13 +143,28 @@ class BarrierReader(SimpleDataSourceStreamReader):
             if job.status in END_STATUSES or self._draining():
                 # stopped (`lockstep stop`), or its runner is stopping: no barrier after the one in progress
                 return iter(()), start
+            begin = self._ours(state, job, start)
             folded = reader.stats.events_folded
             if self._ready is None or self._ready[0] != folded:  # the state changed since it was last asked
                 self._ready = (folded, ready_barrier(state, job))
-            end = {"barrier": max(job.resume_barrier, self._ready[1]), "generation": job.generation}
-            if end == start:
-                return iter(()), start
-            return iter(self._rows(state, job, start, end)), end
+            end = {"barrier": max(job.resume_barrier, self._ready[1]), "generation": job.generation,
+                   "table_id": _table_id(state, job)}
+            if end == begin:
+                return iter(()), begin  # (another table's offset: replaced by this one's at once)
+            return iter(self._rows(state, job, begin, end)), end
+
+    def _ours(self, state: MetaState, job: JobState, start: dict[str, int | str]) -> dict[str, int | str]:
+        """``start`` if the checkpoint recorded it for this job's table, else where a new job starts."""
+        if start.get("table_id") == _table_id(state, job):
+            return start
+        initial = self._initial(state, job)
+        if start != self._refused:  # once per offset refused, not at every trigger
+            self._refused = start
+            print(f"lockstep: job {self.job_id}'s checkpoint holds an offset of another table {job.sink} "
+                  f"(table id {start.get('table_id') or 'none'}, barrier {start.get('barrier')}; this table's id "
+                  f"is {initial['table_id']}): it is not continued, the job starts over from barrier "
+                  f"{initial['barrier']} as a new job would", file=sys.stderr, flush=True)
+        return initial
 
     def _draining(self) -> bool:
         """Whether the runner asked for no new barriers (``drain_flag``: a file it creates when
@@ -150,21 +172,30 @@ class BarrierReader(SimpleDataSourceStreamReader):
         flag = self.options.get("drain_flag")
         return bool(flag) and os.path.exists(flag)
 
-    def readBetweenOffsets(self, start: dict[str, int], end: dict[str, int]) -> Iterator[tuple[int, int, int, str]]:  # noqa: N802
+    def readBetweenOffsets(self, start: dict[str, int | str],  # noqa: N802
+                           end: dict[str, int | str]) -> Iterator[tuple[int, int, int, str]]:
         """A batch again after a restart: the same barriers, planned from the state as it is."""
         reader = self._following().reader
         with reader.lock:
-            return iter(self._rows(reader.state, job_to_run(reader.state, self.job_id), start, end))
+            job = job_to_run(reader.state, self.job_id)
+            if end.get("table_id") != _table_id(reader.state, job):
+                return iter(())  # another table's batch: none of its barriers are this table's
+            return iter(self._rows(reader.state, job, self._ours(reader.state, job, start), end))
 
-    def _rows(self, state: MetaState, job: JobState, start: dict[str, int],
-              end: dict[str, int]) -> list[tuple[int, int, int, str]]:
-        first = start["barrier"]
+    def _rows(self, state: MetaState, job: JobState, start: dict[str, int | str],
+              end: dict[str, int | str]) -> list[tuple[int, int, int, str]]:
+        first = int(start["barrier"])
         if start.get("generation", 0) != end.get("generation", 0):
             first = job.resume_barrier  # revised: start over from the revision's barrier
         if end.get("generation", 0) != job.generation:
             return []  # revised again meanwhile: the next batch starts over
-        work = work_for(state, job, first, end["barrier"], int(self.options.get("catchup_stride", 10)))
+        work = work_for(state, job, first, int(end["barrier"]), int(self.options.get("catchup_stride", 10)))
         return [(w.barrier, w.generation, w.ts_ms, w.to_json()) for w in work]
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, int | str]) -> None:
         pass
+
+
+def _table_id(state: MetaState, job: JobState) -> str:
+    table = state.tables.get(job.sink)
+    return table.table_id if table is not None else ""

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from coordinator.client.clock import now_ms
 from coordinator.domain.events import dead_letters
+from coordinator.domain.starts import departures
 from coordinator.domain.work import EMPTY, BarrierWork
 from coordinator.settings import CrashAt
 from spark_jobs.planning.pipeline import RootTable
@@ -46,6 +47,10 @@ class RootIngestion:
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
     compact_every: int = 0  # LOCKSTEP_COMPACT_EVERY (0: never)
     registry_url: str = ""  # LOCKSTEP_SCHEMA_REGISTRY_URL, for the Confluent formats
+    table_id: str = ""  # the coordinator's id of the table (TableState.table_id): its commits carry it
+    # where the table's start rule said its first barrier reads each partition from (TableState.start_offsets),
+    # if the table had no exact point when the job started: its first barrier is checked against it
+    start_offsets: Mapping[tuple[str, int], int] | None = None
 
     def __post_init__(self) -> None:
         self.schemas: dict[int, str] = {}  # writer schemas of the topic's subjects, as of the last barrier
@@ -55,10 +60,11 @@ class RootIngestion:
         if self.table.format == "avro":
             check_avro_schema(self.table)
         self.sink = DeltaSink(self.spark, self.locate(self.table.name), self.job_id, self.table.schema_ddl,
-                              crash_at=self.crash_at, compact_every=self.compact_every, name=self.table.name)
+                              crash_at=self.crash_at, compact_every=self.compact_every, name=self.table.name,
+                              table_id=self.table_id)
         self.dlq = DeltaSink(self.spark, self.locate(dead_letters(self.table.name)), dead_letters(self.job_id),
                              DLQ_SCHEMA, crash_at=self.crash_at, compact_every=self.compact_every,
-                             name=dead_letters(self.table.name), lazy_history=True)
+                             name=dead_letters(self.table.name), lazy_history=True, table_id=self.table_id)
 
     def close(self) -> None:
         """The job's query stopped: finish its tables' upkeep (``DeltaSink.close``), let go of its producer."""
@@ -69,6 +75,9 @@ class RootIngestion:
     def process(self, work: BarrierWork) -> None:
         started = now_ms()
         watch = Stopwatch()
+        if self.start_offsets is not None:
+            self._check_start(work, self.start_offsets)
+            self.start_offsets = None
         if work.restore_to is not None:
             with watch.phase("restore"):
                 self._restore(work)
@@ -91,6 +100,14 @@ class RootIngestion:
                                counts, offsets=offsets, phases=watch.phases())
         if self.alignment is not None:
             self.alignment.committed(work, offsets)
+
+    def _check_start(self, work: BarrierWork, starts: Mapping[tuple[str, int], int]) -> None:
+        """Say loudly, once, if the table's first barrier does not begin where its start rule
+        resolved to: records would be missing from the table, or read that the rule leaves out."""
+        for departure in departures(work.offsets, dict(starts)):
+            log.error("table %s: its first barrier %d departs from its start rule (%s): %s. Please report it; "
+                      "`lockstep revise %s --full` reads the topic again from the start rule", self.table.name,
+                      work.barrier, self.table.start, departure, self.table.name)
 
     def _restore(self, work: BarrierWork) -> None:
         """Revised: put the table back to its exact point at the revision's barrier (and the dead

@@ -62,11 +62,13 @@ class TableMaintainer:
     crash_at: CrashAt | None = None  # drills only (LOCKSTEP_CRASH_AT)
     compact_every: int = 0  # LOCKSTEP_COMPACT_EVERY (0: never)
     costs: CostChoice = field(default_factory=CostChoice)  # applying the changes or recomputing, by cost
+    table_id: str = ""  # the coordinator's id of the table (TableState.table_id): its commits carry it
 
     def __post_init__(self) -> None:
         # The table is created by its first barrier's write (CREATE TABLE AS SELECT is atomic).
         sink = DeltaSink(self.spark, self.locate(self.table.name), self.job_id, None, create_on_first_write=True,
-                         crash_at=self.crash_at, compact_every=self.compact_every, name=self.table.name)
+                         crash_at=self.crash_at, compact_every=self.compact_every, name=self.table.name,
+                         table_id=self.table_id)
         self.maintained = MaintainedTable(
             self.spark, self.table, self.plan, self.job_id, self.locate, sink,
             hashlib.sha256((self.table.query + "\nkeyed" * self.table.keyed

@@ -23,7 +23,7 @@ FINGERPRINT_HISTORY: dict[str, list[str]] = {
     "BarrierAnnounced": ["c7df0fb0e77eb945"],
     "BarrierCompleted": ["6aa223855f8bf9c5", "c2f5d6dad2649e01", "19b27cfc453f540c"],
     "CommandOutcome": ["22c00cfc68220b86"],
-    "DeclareTable": ["af759312e48266a8", "677a03fa335dec4c"],
+    "DeclareTable": ["af759312e48266a8", "677a03fa335dec4c", "4c2e9cadfbf8b893"],
     "DeregisterJob": ["a1813e8723fd8b7c"],
     "DropTable": ["a9bcea6c14709039"],
     "JobState": ["de03a1191a68fff0"],
@@ -32,7 +32,7 @@ FINGERPRINT_HISTORY: dict[str, list[str]] = {
     "ReleaseLease": ["4ba16faf21a75a71", "a761d96bde8d689c"],
     "RenewJob": ["9a23d68a14077950"],
     "RequestRevision": ["844b7f89978d3359"],
-    "TableState": ["a64befcbeb40566b", "aef45aad7b0a9ab4", "134832030713aa74", "2a9f124a887f9129"],
+    "TableState": ["a64befcbeb40566b", "aef45aad7b0a9ab4", "134832030713aa74", "2a9f124a887f9129", "a7a9a88c35ae3925"],
 }
 
 

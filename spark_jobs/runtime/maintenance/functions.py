@@ -145,7 +145,7 @@ def keep_dead_letters(t: MaintainedTable, letters: list[tuple[str, str]], work: 
     name = dead_letters(t.table.name)
     dlq = t.dlq = t.dlq or DeltaSink(t.spark, t.locate(name), dead_letters(t.job_id), FUNCTION_DLQ_SCHEMA,
                                      crash_at=t.crash_at, compact_every=t.compact_every, name=name,
-                                     lazy_history=True)
+                                     lazy_history=True, table_id=t.sink.table_id)
     if whole:
         kept = read_version(t.spark, dlq.path, None).where(F.col("row").isin([row for row, _ in letters]))
         known = {(r["row"], r["error"]) for r in kept.select("row", "error").collect()}

@@ -287,8 +287,10 @@ def test_drop_removes_a_table_with_data_and_its_files_unless_a_job_reads_it(
     producer.produce(Topics(settings.topic_prefix).completions, key=entity_key(fact).encode(), value=default_codec().encode(fact))
     producer.flush(10)
     wait_until(lambda: worker.get("/tables/t").get("latest_exact_barrier") == 1, "t's exact point", timeout=30)
+    table_id = worker.get("/topology")["tables"]["t"]["table_id"]
     files = [Path(settings.table_location("t")) / "part-0.parquet", Path(settings.table_location("t__dlq")) / "part-0.parquet",
-             settings.home / "checkpoints" / "j" / "offsets" / "0"]
+             settings.checkpoints / settings.topic_prefix / f"t-{table_id}" / "j" / "offsets" / "0",
+             settings.home / "checkpoints" / "j" / "offsets" / "0"]  # where an older Lockstep kept it
     for path in files:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x")

@@ -1,0 +1,83 @@
+"""The README's quick start, typed as a new user types it, twice in a row in one LOCKSTEP_HOME:
+the second time starting over (`lockstep dev down`, the broker's data and the warehouse removed),
+as one does to try it again. Both times `lockstep query` prints the README's table. An older
+Lockstep kept each job's checkpoint in $LOCKSTEP_HOME/checkpoints by job name, so the second
+`lockstep run` resumed the first one's and its root skipped the six clicks."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.dev.broker import HOST, free_port
+from coordinator.dev.worker import WorkerProcess
+from coordinator.domain.errors import ExitCode
+from tests.support import ROOT, run_lockstep, wait_until
+from tests.support.starts import RunProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+
+README = (ROOT / "README.md").read_text()
+COMMANDS = re.search(r"After `scripts/setup` and `source .venv/bin/activate`:\n\n```bash\n(.*?)```", README, re.S)
+PRINTED = re.search(r"then the query\nprints:\n\n```text\n(.*?)```", README, re.S)
+
+
+def readme_commands() -> list[list[str]]:
+    """The quick start's five commands, as the README gives them (without their comments)."""
+    assert COMMANDS is not None, "the README's quick start moved: update this test's pattern"
+    return [line.split("#")[0].strip().split(" ", 1) for line in COMMANDS.group(1).splitlines()]
+
+
+def query_table(env: dict[str, str], sql: str) -> str:
+    """What `lockstep query SQL` prints once the table answers (the jobs' first commit may still come)."""
+    def printed() -> str | None:
+        done = run_lockstep("query", sql, env=env, timeout=60)
+        return done.stdout if done.returncode == 0 and "/pay" in done.stdout else None
+    return wait_until(printed, "a read of views_per_page with every page", timeout=120)
+
+
+def quick_start(env: dict[str, str], home: Path, attempt: int) -> str:
+    """The five commands in ``home``; returns what the query printed."""
+    (dev_up, worker, datagen, run, query) = readme_commands()
+    assert dev_up == ["lockstep", "dev up"] and worker == ["lockstep", "worker"] and run[1].startswith("run ")
+    up = run_lockstep(*dev_up[1].split(), env=env, timeout=180)
+    assert up.returncode == 0, up.stdout + up.stderr
+    coordinator = WorkerProcess(env, int(env["LOCKSTEP_COORDINATOR_URL"].rsplit(":", 1)[1]), home / f"worker-{attempt}.log")
+    jobs = None
+    try:
+        coordinator.start()
+        command, _, source = datagen[1].partition(" < ")
+        with open(ROOT / source) as clicks:
+            sent = subprocess.run([sys.executable, "-m", "lockstep", *command.split()], stdin=clicks, env=env, cwd=ROOT,
+                                  capture_output=True, text=True, timeout=120)
+        assert sent.returncode == 0, sent.stderr
+        jobs = RunProcess(ROOT / run[1].split()[1], env, home / f"run-{attempt}.log")
+        return query_table(env, query[1].split(" ", 1)[1].strip('"'))
+    finally:
+        if jobs is not None:
+            jobs.proc.send_signal(signal.SIGTERM)
+            assert jobs.proc.wait(60) == ExitCode.TERMINATED
+        coordinator.stop()
+        down = run_lockstep("dev", "down", env=env, timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_the_quick_start_twice_in_a_row_prints_the_readmes_table_both_times(tmp_path: Path) -> None:
+    assert PRINTED is not None, "the README's printed table moved: update this test's pattern"
+    home = tmp_path / "home"
+    env = {**os.environ, "LOCKSTEP_HOME": str(home), "LOCKSTEP_WAREHOUSE": str(home / "warehouse"),
+           "LOCKSTEP_JARS": str(ROOT / ".lockstep" / "jars"), "LOCKSTEP_BOOTSTRAP": f"{HOST}:{free_port()}",
+           "LOCKSTEP_COORDINATOR_URL": f"http://{HOST}:{free_port()}", "PYSPARK_PYTHON": sys.executable,
+           "LOCKSTEP_DRIVER_JVM_OPTIONS": "-XX:TieredStopAtLevel=1"}  # C1 only: a sooner first commit
+    for attempt in (1, 2):
+        printed = quick_start(env, home, attempt)
+        assert printed.strip() == PRINTED.group(1).strip(), f"attempt {attempt} printed:\n{printed}"
+        shutil.rmtree(home / "kafka")  # starting over: an empty broker and warehouse, the same home
+        shutil.rmtree(home / "warehouse")
