@@ -38,7 +38,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.freshness_report import job_costs, report
+from bench.freshness_report import compare_siblings, job_costs, report
 from bench.results import Figures, add_json_flag
 from bench.stack import Pid, Processes, stack, wait_created, wait_tables
 from bench.topologies import TOPOLOGIES, Topology, anomalies, record_maker, with_siblings
@@ -204,7 +204,7 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
         cleanup.callback(procs.stop_all)
         py = sys.executable
         here = [py, "-m", "bench.freshness"]
-        siblings = ["--siblings", str(args.siblings)] if args.siblings else []
+        siblings = ["--siblings", str(len(topology.aggregates))] if args.siblings else []
         pipeline = tmp / f"{topology.name}.sql"
         pipeline.write_text(topology.pipeline())
         started = time.time()
@@ -301,12 +301,19 @@ def main() -> None:
     parser.add_argument("--reads-per-s", type=float, default=0.0,
                         help="at most this many reads a second (default 0: back to back); the issue that set the "
                              "freshness targets measured with a reader of ~1 read/s")
-    parser.add_argument("--siblings", type=int, default=0,
-                        help="counts only: this many aggregates over the root (1, 3, 10 ...; default 2, as defined)")
+    parser.add_argument("--siblings", default="",
+                        help="counts only: this many aggregates over the root (default 2, as defined); several, "
+                             "comma-separated (1,3,10), run one after another and are compared with the first")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (logs, tables) for a look")
     parser.add_argument("--run-arg", dest="run_args", action="append", default=[], help="extra `lockstep run` argument")
     add_json_flag(parser)
     args = parser.parse_args()
+    if args.command is None:
+        try:
+            args.sibling_counts = [int(n) for n in str(args.siblings).split(",") if n.strip()]
+        except ValueError:
+            parser.error(f"--siblings {args.siblings!r}: give a count, or counts separated by commas (1,3,10)")
+        args.siblings = bool(args.sibling_counts)
     if args.command == "child-generate":
         return child_generate(TOPOLOGIES[args.topology], args.rate)
     if args.command == "child-plain":
@@ -315,16 +322,18 @@ def main() -> None:
         return child_read(with_siblings(TOPOLOGIES[args.topology], args.siblings), args.system, args.until, args.out,
                           args.nice, args.cache, args.every_s, args.engine)
     topologies = list(TOPOLOGIES.values()) if args.topology == "all" else [TOPOLOGIES[args.topology]]
-    topologies = [with_siblings(t, args.siblings) for t in topologies]
+    topologies = [with_siblings(t, n) for t in topologies for n in (args.sibling_counts or [0])]
     systems = ["lockstep", "plain"] if args.system == "both" else [args.system]
     figures = Figures("freshness", args)
+    grown: list[dict[str, Any]] = []
     try:
         for topology in topologies:
             results = {}
             for system in systems:
                 print(f"{topology.name}: running {system} ...", flush=True)
                 results[system] = run_system(topology, system, args)
-            report(topology, results, args, figures)
+            grown.append(report(topology, results, args, figures))
+        compare_siblings(grown, figures)
     finally:  # a topology that failed after one was reported: keep that one's figures
         if figures.figures:
             figures.write()

@@ -72,7 +72,9 @@ def _quarters(reads: list[dict[str, Any]]) -> list[list[float]]:
     return out
 
 
-def report(topology: Topology, results: dict[str, dict[str, Any]], args: argparse.Namespace, figures: Figures) -> None:
+def report(topology: Topology, results: dict[str, dict[str, Any]], args: argparse.Namespace,
+           figures: Figures) -> dict[str, Any]:
+    """Print and record one topology's run; returns Lockstep's summary for ``compare_siblings``."""
     reader = "reader caches by versions" if args.reader_cache else "every read runs the query"
     reader += f", {args.reads_per_s:g} read(s)/s at most" if args.reads_per_s else ", back to back"
     if args.siblings:
@@ -116,7 +118,19 @@ def report(topology: Topology, results: dict[str, dict[str, Any]], args: argpars
         for role, cores in {**res["cpu"], "total": sum(res["cpu"].values())}.items():
             figures.add("CPU", cores, "cores busy", role=role, topology=topology.name, system=system, rate=args.rate)
     jobs = results.get("lockstep", {}).get("jobs")
+    out: dict[str, Any] = {"aggregates": len(topology.aggregates),
+                           **{f"stale {k}": v for k, v in summary.get("lockstep", {}).items()}}
     if jobs:
+        commits = sum(c["committed"] for c in jobs.values() if isinstance(c, dict))
+        busy = results["lockstep"]["cpu"].get("jobs", 0.0)
+        if commits:
+            # the jobs' process's CPU over the window, per table commit (a table's barrier)
+            out["core_s_per_table_barrier"] = busy * args.seconds / commits
+            print(f"lockstep jobs: {busy:.2f} cores busy for {commits} table commits in {args.seconds:.0f} s: "
+                  f"{out['core_s_per_table_barrier']:.3f} core-s per table per barrier")
+            figures.add("core-s per table per barrier", out["core_s_per_table_barrier"], "core-s",
+                        aggregates=len(topology.aggregates), topology=topology.name, system="lockstep", rate=args.rate)
+        out["interval_ms"] = jobs.get("interval_ms")
         print(f"lockstep barriers in the window: {jobs['barriers']}, interval p50 {jobs.get('interval_ms', 0):.0f} ms")
         at = {"topology": topology.name, "system": "lockstep", "rate": args.rate}
         figures.add("barriers in the window", jobs["barriers"], "barriers", **at)
@@ -139,3 +153,26 @@ def report(topology: Topology, results: dict[str, dict[str, Any]], args: argpars
                 for i, v in enumerate(costs["timeline"]):
                     if v is not None:
                         figures.add(f"e2e p50 per {SLICE_S} s", v, "s", job=job, since_load_s=i * SLICE_S, **at)
+    return out
+
+
+def compare_siblings(runs: list[dict[str, Any]], figures: Figures) -> None:
+    """Lockstep's staleness and cost per table as the aggregates over one root grow, each next to
+    the run with the fewest (measured in the same invocation) as a ratio."""
+    if len(runs) < 2:
+        return
+    base = runs[0]
+    print(f"\n== as the pipeline grows (ratios to {base['aggregates']} aggregate(s), measured in this run)")
+    print(f"{'aggregates':>10s} {'stale p50':>9s} {'ratio':>6s} {'p90':>6s} {'barrier interval':>16s} "
+          f"{'core-s per table per barrier':>28s} {'ratio':>6s}")
+    for run in runs:
+        p50, b50 = run.get("stale p50"), base.get("stale p50")
+        cost, b_cost = run.get("core_s_per_table_barrier"), base.get("core_s_per_table_barrier")
+        ratio = p50 / b50 if p50 and b50 else None
+        cost_ratio = cost / b_cost if cost and b_cost else None
+        fmt = lambda v, f="{:.2f}": "-" if v is None else f.format(v)  # noqa: E731
+        print(f"{run['aggregates']:>10d} {fmt(p50):>9s} {fmt(ratio):>6s} {fmt(run.get('stale p90')):>6s} "
+              f"{fmt(run.get('interval_ms'), '{:.0f} ms'):>16s} {fmt(cost, '{:.3f}'):>28s} {fmt(cost_ratio):>6s}")
+        if p50 is not None:
+            figures.add("staleness p50 as aggregates grow", p50, "s", baseline=b50, ratio=ratio,
+                        aggregates=run["aggregates"], system="lockstep")

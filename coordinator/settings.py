@@ -26,7 +26,8 @@ KAFKA_PASSTHROUGH_PREFIX = "LOCKSTEP_KAFKA_"
 KafkaValue = str | int | float | bool  # what a confluent-kafka config value may be
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # what all three client stacks speak
-CRASH_POINTS = ("before_commit", "before_completion", "after_state_commit", "pause_before_announce", "hang_before_commit")
+CRASH_POINTS = ("before_commit", "after_write_files", "before_completion", "after_state_commit", "pause_before_announce",
+                "hang_before_commit")
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE")
 
 

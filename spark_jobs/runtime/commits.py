@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Producer
 from delta.tables import DeltaTable
@@ -33,6 +34,7 @@ from coordinator.faults import crash_point, fires_once
 from coordinator.settings import CrashAt, Settings
 from spark_jobs.runtime.catalog import register_table
 from spark_jobs.runtime.delta_log import align_log_retention, newest_commit, parse_metadata, prepare_next_write
+from spark_jobs.runtime.delta_txn import ALREADY, Fallback, Mark, commit_directly, delta_log
 from spark_jobs.runtime.job_metrics import job_metrics
 from spark_jobs.runtime.session import session_conf, spark_error
 from spark_jobs.runtime.stopwatch import Stopwatch
@@ -56,6 +58,9 @@ def barrier_txn(spark: SparkSession, app_id: str, barrier: int, metadata: str,
 # own checkpoint (written inside the commit that reaches its interval) would then only add time
 # to a barrier, so its interval is set out of the way.
 CHECKPOINT_EVERY = 25  # each costs a reconstruction and two Spark jobs; the log between them stays a few kB
+# A table committed directly (``delta_txn``) rebuilds no state between checkpoints, so it checkpoints
+# less often: a reader replays at most this many commits' JSON on top of the checkpoint.
+DIRECT_CHECKPOINT_EVERY = 100
 TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.checkpointInterval": "100000"}
 # A table created by its first write gets these properties from the session defaults.
 NEW_TABLE_DEFAULTS = {f"spark.databricks.delta.properties.defaults.{k.removeprefix('delta.')}": v
@@ -90,6 +95,10 @@ class DeltaSink:
 
     def __post_init__(self) -> None:
         self.written = False  # whether the last ``commit`` ran its write (else Delta had it already)
+        self._mark: Mark | None = None  # the barrier ``commit`` is writing, for ``append`` and ``overwrite``
+        self._direct: int | None = None  # the version a direct commit of it made (``ALREADY``: the table had it)
+        self._fallbacks: set[str] = set()  # why barriers went through Delta's writer, said once each
+        self._log: Any = None  # the table's DeltaLog, once the table exists (``delta_txn.delta_log``)
         # the upkeep's Spark jobs go to the job's own scheduler pool: in the shared default pool they
         # waited behind other jobs' upkeep and checkpoints, and the next barrier waited for them
         self._upkeep = ThreadPoolExecutor(1, thread_name_prefix=f"upkeep-{self.job_id}", initializer=lambda: (
@@ -225,22 +234,34 @@ class DeltaSink:
         watch = watch or Stopwatch()
         with watch.phase("upkeep"):
             self._finish_upkeep()
-        with watch.phase("write"), barrier_txn(self.spark, self.app_id(generation), barrier,
-                                               self.metadata(barrier, generation, sources, query, costs, layout),
-                                               None if self.exists else NEW_TABLE_DEFAULTS):
-            write()
+        metadata = self.metadata(barrier, generation, sources, query, costs, layout)
+        self._mark, self._direct = Mark(self.app_id(generation), barrier, metadata), None
+        try:
+            with watch.phase("write"), barrier_txn(self.spark, self.app_id(generation), barrier, metadata,
+                                                   None if self.exists else NEW_TABLE_DEFAULTS):
+                write()
+        finally:
+            self._mark = None
         if not self.exists:
             self.exists = True
             self._history_loaded = True  # made by this write: its history is this commit, recorded below
             self._register()
-        with watch.phase("lookup"):
-            version, meta = newest_commit(self.spark, self.path)
+        if self._direct is not None and self._direct != ALREADY:
+            version, meta = self._direct, {"job": self.job_id, "barrier": barrier, "generation": generation}
+        elif self._direct == ALREADY:
+            meta = {}  # the table's mark held the barrier: found in its history below
+        else:
+            with watch.phase("lookup"):
+                version, meta = newest_commit(self.spark, self.path)
         if (meta.get("job"), meta.get("barrier"), meta.get("generation")) == (self.job_id, barrier, generation):
             self.written = True
             self._commits += 1
             compact = self.compact_every > 0 and self._commits % self.compact_every == 0
-            self._upkeep_done = self._upkeep.submit(prepare_next_write, self.spark, self.path,
-                                                    self._commits % CHECKPOINT_EVERY == 0, compact)
+            direct = self._direct is not None
+            self._upkeep_done = self._upkeep.submit(
+                prepare_next_write, self.spark, self.path, self._commits % (DIRECT_CHECKPOINT_EVERY if direct else
+                                                                            CHECKPOINT_EVERY) == 0, compact,
+                rebuild=not direct)
             self.versions[(generation, barrier)] = version
             if sources is not None:
                 self.sources[(generation, barrier)] = dict(sources)
@@ -251,6 +272,40 @@ class DeltaSink:
             return version
         self._load_history()  # the write was a no-op: find the version of the earlier commit
         return self.versions.get((generation, barrier), self.version_at(barrier, generation))
+
+    def append(self, frame: DataFrame) -> None:
+        """Append ``frame`` as the barrier's write: call it from the ``write`` that ``commit``
+        runs. Committed directly (``delta_txn``: no rebuild of the table's state) where it can
+        be, else by Delta's writer under the barrier's txn mark."""
+        if not self._direct_write(frame, "append", {}):
+            frame.write.format("delta").mode("append").save(self.path)
+
+    def overwrite(self, frame: DataFrame, options: Mapping[str, str] | None = None) -> None:
+        """Replace the table's rows with ``frame`` as the barrier's write (as ``append``);
+        ``options``: the writer's (``maxRecordsPerFile``)."""
+        if not self._direct_write(frame, "overwrite", options or {}):
+            writer = frame.write.format("delta").mode("overwrite")
+            for key, value in (options or {}).items():
+                writer = writer.option(key, value)
+            writer.save(self.path)
+
+    def _direct_write(self, frame: DataFrame, mode: str, options: Mapping[str, str]) -> bool:
+        """Commit the barrier directly (``delta_txn.commit_directly``); False where Delta's
+        writer must do it (said once per reason)."""
+        if self._mark is None or not self.exists:
+            return False
+        if self._log is None:
+            self._log = delta_log(self.spark, self.path)
+        done = commit_directly(self.spark, self._log, frame, mode, self._mark, options,
+                               before_commit=lambda: crash_point("after_write_files", self.crash_at))
+        if isinstance(done, Fallback):
+            if done.reason not in self._fallbacks:
+                self._fallbacks.add(done.reason)
+                log.warning("table %s: its barriers go through Delta's writer, which rebuilds the table's state "
+                            "for each: %s (said once)", self.name or self.path, done.reason)
+            return False
+        self._direct = done
+        return True
 
     def close(self) -> None:
         """Let the upkeep after the last commit finish and end its thread: once a job's query has

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from coordinator.domain.snapshot import APPENDED, BARRIER, HIDDEN, ROW_KEY, is_changelog
+from spark_jobs.runtime.java import none, static
 from spark_jobs.runtime.session import LOG_RETENTION_DEFAULT
 from spark_jobs.runtime.storage import Storage
 
@@ -28,23 +29,19 @@ APPEND_ACTIONS = ("commitInfo", "txn")  # what an append's commit holds beside i
 COMPACTED = "compacted"  # a changelog table's compaction, as its commit's metadata says ("layout")
 
 
-def _delta(spark: SparkSession) -> Any:
-    return spark._jvm.org.apache.spark.sql.delta  # type: ignore[union-attr]
-
-
 def _log(spark: SparkSession, path: str) -> Any:
-    return _delta(spark).DeltaLog.forTable(spark._jsparkSession, path)
+    return static(spark, "org.apache.spark.sql.delta.DeltaLog", "forTable")(spark._jsparkSession, path)
 
 
 def newest_commit(spark: SparkSession, path: str) -> tuple[int, dict[str, Any]]:
     """(version, userMetadata parsed as a JSON object) of the newest commit this application
     knows of the table at ``path``: right after a write through ``spark``, the commit that
     write made (a write Delta skipped as already done leaves the commit before it)."""
-    delta = _delta(spark)
     log = _log(spark, path)
     version = int(log.unsafeVolatileSnapshot().version())
-    info = delta.DeltaHistoryManager.getCommitInfoOpt(
-        log.store(), delta.util.FileNames.unsafeDeltaFile(log.logPath(), version), log.newDeltaHadoopConf())
+    delta_file = static(spark, "org.apache.spark.sql.delta.util.FileNames", "unsafeDeltaFile")(log.logPath(), version)
+    info = static(spark, "org.apache.spark.sql.delta.DeltaHistoryManager", "getCommitInfoOpt")(
+        log.store(), delta_file, log.newDeltaHadoopConf())
     raw = info.get().userMetadata() if info.isDefined() else None
     return version, parse_metadata(raw.get() if raw is not None and raw.isDefined() else None)
 
@@ -52,8 +49,7 @@ def newest_commit(spark: SparkSession, path: str) -> tuple[int, dict[str, Any]]:
 def latest_version(spark: SparkSession, path: str) -> int:
     """The newest version of the table at ``path`` now, from a listing of its log (no state is
     reconstructed); -1 if the table has no commit yet."""
-    none = spark._jvm.scala.Option.empty()  # type: ignore[union-attr]
-    return int(_log(spark, path).update(False, none, none).version())
+    return int(_log(spark, path).update(False, none(spark), none(spark)).version())
 
 
 def table_bytes(spark: SparkSession, path: str) -> int:
@@ -75,24 +71,27 @@ def align_log_retention(spark: SparkSession, path: str) -> None:
                   f"'delta.deletedFileRetentionDuration' = '{wanted}')")
 
 
-def prepare_next_write(spark: SparkSession, path: str, checkpoint: bool, compact: bool = False) -> None:
+def prepare_next_write(spark: SparkSession, path: str, checkpoint: bool, compact: bool = False,
+                       rebuild: bool = True) -> None:
     """Work for the next write, done while the job waits for its next barrier: if ``compact``,
     OPTIMIZE's bin-packing of the small files each barrier adds (a commit that changes no data:
-    every exact point keeps reading the versions it names, and change-data readers skip it); the
-    state of the table's newest snapshot, where Delta looks up the txn marks (``txnAppId``) and
+    every exact point keeps reading the versions it names, and change-data readers skip it); if
+    ``rebuild`` (the table's writes go through Delta's writer, not ``delta_txn``), the state of
+    the table's newest snapshot, where Delta's writer looks up the txn marks (``txnAppId``) and
     the files a write replaces (a few Spark jobs per new version); and, if ``checkpoint``, a
     checkpoint of the log (which Delta would otherwise write inside every 10th commit)."""
     if compact:
         DeltaTable.forPath(spark, path).optimize().executeCompaction()
     log = _log(spark, path)
     snapshot = log.unsafeVolatileSnapshot()
-    snapshot.transactions()
+    if rebuild:
+        snapshot.transactions()
     if checkpoint:
-        none = spark._jvm.scala.Option.empty()  # type: ignore[union-attr]
-        log.checkpointAndCleanUpDeltaLog(snapshot, none)
-        # the next write's update() sees the new checkpoint and loads a new snapshot: load it and
-        # reconstruct its state now, or that write pays for it on the barrier's path
-        log.update(False, none, none).transactions()
+        log.checkpointAndCleanUpDeltaLog(snapshot, none(spark))
+        if rebuild:
+            # the next write's update() sees the new checkpoint and loads a new snapshot: load it and
+            # reconstruct its state now, or that write pays for it on the barrier's path
+            log.update(False, none(spark), none(spark)).transactions()
 
 
 def parse_metadata(raw: str | None) -> dict[str, Any]:

@@ -174,7 +174,7 @@ class RootIngestion:
     def _write(self, rows: DataFrame) -> None:
         columns = [c.name for c in self.table.columns]
         if not self.table.primary_key:
-            rows.select(*columns).write.format("delta").mode("append").save(self.sink.path)
+            self.sink.append(rows.select(*columns))
             return
         delete_flag = "is_delete" if self.table.format in DELETING else None
         merge_by_key(self.spark, self.sink.path, rows, self.table.primary_key, columns, delete_flag)
@@ -187,4 +187,4 @@ class RootIngestion:
         why = F.udf(lambda key, value: reason(table, key, value, schemas, registry_url), "string")
         frame = bad.select(F.col("key").alias("raw_key"), F.col("value").alias("raw_value"), "topic", "partition",
                            "offset", why("key", "value").alias("error"), F.lit(work.barrier).cast("bigint").alias("barrier"))
-        self.dlq.commit(work.barrier, work.generation, lambda: frame.write.format("delta").mode("append").save(self.dlq.path))
+        self.dlq.commit(work.barrier, work.generation, lambda: self.dlq.append(frame))

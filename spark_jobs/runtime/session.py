@@ -80,6 +80,14 @@ DEFAULT_CONF: dict[str, str] = {
     # columnar scan such as Delta's in a message its Python worker misreads (SPARK-58241, fixed
     # after 4.2.0): the worker crashes or waits for ever. Off, the input goes row by row as before.
     "spark.sql.execution.arrow.pythonUDF.columnarInput.enabled": "false",
+    # PySpark 4 wraps every DataFrame and Column call to record its Python call site for error
+    # messages: an active-session lookup, a conf read and a stack walk each time, and each asks
+    # the JVM for classes by short names (failed class loads). A barrier's plan makes hundreds
+    # of such calls per table (docs/performance.md: the profile of a barrier)
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # the compiled code of this many query shapes is kept (Spark's default, 100, is fewer than a
+    # pipeline of tens of tables runs: each shape evicted is compiled again at its next barrier)
+    "spark.sql.codegen.cache.maxEntries": "1000",
 }
 
 # In local mode the driver's own executor heartbeats the driver. Its first heartbeat may come

@@ -18,6 +18,8 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
+from spark_jobs.runtime.java import java_class, static
+
 TEXT_PIECE = 2000  # characters of a file's text per Py4J answer: at most 6 KB of UTF-8, under its 8 KB buffer
 
 
@@ -35,11 +37,10 @@ class Storage:
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        self._jvm: Any = spark._jvm
         self._conf = spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
 
     def _fs(self, location: str) -> tuple[Any, Any]:
-        path = self._jvm.org.apache.hadoop.fs.Path(location)
+        path = java_class(self.spark, "org.apache.hadoop.fs.Path")(location)
         return path.getFileSystem(self._conf), path
 
     def qualified(self, location: str) -> str:
@@ -75,7 +76,7 @@ class Storage:
         """Copy the file ``source`` to ``target`` (through this process: for small files)."""
         fs, path = self._fs(source)
         target_fs, target_path = self._fs(target)
-        if not self._jvm.org.apache.hadoop.fs.FileUtil.copy(fs, path, target_fs, target_path, False, self._conf):
+        if not static(self.spark, "org.apache.hadoop.fs.FileUtil", "copy")(fs, path, target_fs, target_path, False, self._conf):
             raise OSError(f"could not copy {source} to {target}")
 
     def files(self, location: str, suffix: str = "") -> list[FileInfo]:
@@ -113,10 +114,10 @@ class Storage:
         fs, path = self._fs(location)
         if not fs.exists(path):
             return None
-        text = self._jvm.java.lang.StringBuilder()
-        reader = self._jvm.java.io.InputStreamReader(fs.open(path), "UTF-8")
+        text = java_class(self.spark, "java.lang.StringBuilder")()
+        reader = java_class(self.spark, "java.io.InputStreamReader")(fs.open(path), "UTF-8")
         try:
-            self._jvm.org.apache.commons.io.IOUtils.copy(reader, text)
+            static(self.spark, "org.apache.commons.io.IOUtils", "copy")(reader, text)
         finally:
             reader.close()
         size = text.length()

@@ -153,6 +153,6 @@ def keep_dead_letters(t: MaintainedTable, letters: list[tuple[str, str]], work: 
     if not letters:
         return
     frame = t.spark.createDataFrame([(row, error, work.barrier) for row, error in letters], FUNCTION_DLQ_SCHEMA)
-    dlq.commit(work.barrier, work.generation, lambda: frame.write.format("delta").mode("append").save(dlq.path))
+    dlq.commit(work.barrier, work.generation, lambda: dlq.append(frame))
     log.warning("table %s: %d row(s) of barrier %d raised in its function, kept in %s: %s", t.table.name,
                 len(letters), work.barrier, dead_letters(t.table.name), letters[0][1])

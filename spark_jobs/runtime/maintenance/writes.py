@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from pyspark.sql import DataFrame, DataFrameWriter, Observation
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from coordinator.domain.snapshot import APPENDED, HIDDEN, ROW_KEY
@@ -42,10 +42,11 @@ def write_result(t: MaintainedTable, work: BarrierWork, result: Callable[[], Dat
         t.schema = frame.schema
         observation = t.observation(work)
         counted = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
-    path = t.sink.path
-    writer = key_ordered(t, counted).option("overwriteSchema", "true") if mode == "overwrite" \
-        else counted.write.format("delta")
-    version = t.commit(work, lambda: writer.mode(mode).save(path))
+    if mode == "overwrite":
+        ordered, options = key_ordered(t, counted)
+        version = t.commit(work, lambda: t.sink.overwrite(ordered, {**options, "overwriteSchema": "true"}))
+    else:
+        version = t.commit(work, lambda: t.sink.append(counted))
     rows = int(observation.get["rows"]) if t.sink.written else 0
     return version, (rows, rows, 0)
 
@@ -76,7 +77,7 @@ def upsert_groups(t: MaintainedTable, work: BarrierWork, groups: DataFrame, old_
         elif changed:
             merge_by_key(t.spark, t.sink.path, groups, key, t.columns(), null_safe=True, target=target)
         else:
-            groups.write.format("delta").mode("append").save(t.sink.path)
+            t.sink.append(groups)
 
     began = time.monotonic()
     version = t.commit(work, write)
@@ -104,7 +105,7 @@ def append_groups(t: MaintainedTable, work: BarrierWork, groups: DataFrame, old_
             whole = rows_but(t, old_sink, groups.select(ROW_KEY), broadcast=changed <= BROADCAST_KEYS)
             overwrite_whole(t, whole.withColumn(APPENDED, F.lit(False)).unionByName(groups))
         else:
-            groups.write.format("delta").mode("append").save(t.sink.path)
+            t.sink.append(groups)
 
     version = t.commit(work, write, COMPACTED if compact else None)
     if compact:
@@ -131,7 +132,7 @@ def apply_changes(t: MaintainedTable, work: BarrierWork, base: tuple[dict[str, i
             write: Callable[[], None] | None
             if t.plan.key is None:  # an append-only result: add the new rows
                 added = appended_rows(t, net).observe(observation, F.count(F.lit(1)).alias("changed"))
-                write = lambda: added.write.format("delta").mode("append").save(path)  # noqa: E731
+                write = lambda: t.sink.append(added)  # noqa: E731
             elif table_bytes(t.spark, path) <= t.rewrite_limit_bytes:
                 whole = rewritten(t, net, old_sink, work, observation)
 
@@ -184,17 +185,17 @@ def overwrite_whole(t: MaintainedTable, whole: DataFrame) -> None:
     """Overwrite the table with ``whole`` in key order, its shuffles in one task each (a small
     table into one file; a keyed aggregate's large one measured no faster in two)."""
     with session_conf(t.spark, {"spark.sql.shuffle.partitions": "1"}):
-        key_ordered(t, whole).mode("overwrite").save(t.sink.path)
+        t.sink.overwrite(*key_ordered(t, whole))
 
 
-def key_ordered(t: MaintainedTable, frame: DataFrame) -> DataFrameWriter:
-    """A whole write of a table kept by key, in key order in files of at most ``FILE_ROWS``
-    rows: each file holds a narrow range of keys, so a later MERGE of a few keys rewrites
-    only the files whose ranges hold them (``pruning``) instead of every file."""
+def key_ordered(t: MaintainedTable, frame: DataFrame) -> tuple[DataFrame, dict[str, str]]:
+    """A whole write of a table kept by key, and its writer's options: in key order in files of
+    at most ``FILE_ROWS`` rows, so each file holds a narrow range of keys and a later MERGE of a
+    few keys rewrites only the files whose ranges hold them (``pruning``) instead of every file."""
     key = output_key(t.plan, [c for c in frame.columns if not c.startswith(HIDDEN)])
     if not t.plan.incremental or not key or "" in key:
-        return frame.write.format("delta")
-    return frame.sortWithinPartitions(*key).write.format("delta").option("maxRecordsPerFile", FILE_ROWS)
+        return frame, {}
+    return frame.sortWithinPartitions(*key), {"maxRecordsPerFile": str(FILE_ROWS)}
 
 
 def deletes(t: MaintainedTable, keys: DataFrame, key: list[str]) -> DataFrame:
