@@ -103,7 +103,7 @@ def test_every_knob_is_typed_and_defaults_follow_the_docs() -> None:
     ("LOCKSTEP_COMPACT_EVERY", "often", "whole number >= 0"),
     ("LOCKSTEP_VACUUM_EVERY_S", "-5", "whole number >= 0"),
     ("LOCKSTEP_FUSE_JOBS", "sometimes", "1 (on) or 0 (off)"),
-    ("LOCKSTEP_CRASH_AT", "before_lunch", "before_commit, before_completion"),
+    ("LOCKSTEP_CRASH_AT", "before_lunch", "before_commit, after_write_files, before_completion"),
     ("LOCKSTEP_CRASH_AT", "before_commit:2", "between 0 and 1"),
     ("LOCKSTEP_SPARK_LOG_LEVEL", "loud", "WARN"),
     ("LOCKSTEP_COORDINATOR_URL", "127.0.0.1:6066", "http://127.0.0.1:6066"),
