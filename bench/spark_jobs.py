@@ -57,6 +57,7 @@ FILE_ROWS = 250_000  # ivm: rows per source file (a stream's barriers write file
 # labels) and dim_v(v, name)
 IVM_QUERIES = {
     "aggregate": "SELECT g, SUM(v) AS total, COUNT(*) AS n, AVG(v) AS mean FROM src GROUP BY g",
+    "global": "SELECT COUNT(*) AS n, SUM(v) AS total, AVG(v) AS mean FROM src",  # one row, no GROUP BY
     "having": "SELECT g, COUNT(*) AS n, SUM(v) AS total FROM src GROUP BY g HAVING SUM(v) > 50000",
     "top3": "SELECT * FROM (SELECT g, k, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v DESC, k) AS rn FROM src) "
             "WHERE rn <= 3",

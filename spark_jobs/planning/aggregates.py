@@ -62,9 +62,9 @@ def with_weight(tree: exp.Select, columns: list[exp.Expression], weight: str) ->
 
 
 def aggregate_parts(tree: exp.Select, items: list[exp.Expression], weight: str) -> PlanParts:
+    """The parts of a grouped query; without GROUP BY, one global group (key ``()``), whose one
+    row stays when its source is empty, as SQL's aggregate of no rows does."""
     group = list(tree.args["group"].expressions) if tree.args.get("group") else []
-    if not group:
-        raise Unsupported("an aggregate without GROUP BY (a single global row) is not maintained incrementally")
     positions, aggregates = _classify(items, group)
     columns = [items[p].unalias().copy().as_(f"{HIDDEN}g{i}") for i, p in enumerate(positions)]
     columns += [exp.maybe_parse(a.arg, dialect=SPARK).as_(f"{HIDDEN}a{i}")

@@ -115,7 +115,8 @@ def join_plan(tree: exp.Select, items: list[exp.Expression], aliases: dict[str, 
     if grouped:
         parts = aggregate_parts(tree, items, weight)
         return PlanParts(parts, kind=PlanKind.JOIN_AGGREGATE, join_columns=columns,
-                         reason=f"{how}, then their groups updated [{aggregate_names(parts['aggregates'])}]")
+                         reason=f"{how}, then {'their groups' if parts['key'] else 'its one row (no GROUP BY)'} "
+                                f"updated [{aggregate_names(parts['aggregates'])}]")
     key = _join_key(tree, items, aliases, shapes, join)
     all_grow = all(shapes.get(t, UNKNOWN).append_only for t in join.tables) and join.side == "INNER"
     if key is None and not all_grow:

@@ -104,6 +104,8 @@ def _keyed_aggregate(tree: exp.Select, shapes: Mapping[str, TableShape], changel
                           "join a keyed table of its own, and aggregate that)")
     (source,) = set(aliases.values())
     grows = _grows(source, shapes, "running aggregates", joins)
+    if not tree.args.get("group"):
+        raise Unsupported("an aggregate without GROUP BY is one row: kept incrementally without 'state' = 'keyed'")
     parts = aggregate_parts(tree, list(tree.expressions), "1")  # (checks the select list: group columns, aggregates)
     if any(a.func == "count_distinct" for a in parts.get("aggregates", ())):
         raise Unsupported("COUNT(DISTINCT ...) is not kept by Spark's streaming aggregation")

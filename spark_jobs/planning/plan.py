@@ -145,6 +145,11 @@ class Plan:
         """Its table keeps groups with bookkeeping columns (a row count at least)."""
         return self.kind in (PlanKind.AGGREGATE, PlanKind.JOIN_AGGREGATE)
 
+    @property
+    def one_row(self) -> bool:
+        """An aggregate without GROUP BY: one group, whose row stays when no source row is left."""
+        return self.aggregated and self.key == ()
+
     def explain(self) -> str:
         if not self.incremental:
             return (f"full refresh: recompute the query over {', '.join(self.sources)} at their versions for "

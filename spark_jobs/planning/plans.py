@@ -233,7 +233,8 @@ def _single_plan(tree: exp.Select, items: list[exp.Expression], shape: TableShap
         parts = aggregate_parts(tree, items, WEIGHT)
         return PlanParts(parts, kind=PlanKind.AGGREGATE, inserts_only=shape.append_only,
                          reason=f"apply each barrier's changes of {source} (its Delta commits) "
-                                f"to the changed groups only [{aggregate_names(parts['aggregates'])}]")
+                                f"to {'the changed groups only' if parts['key'] else 'its one row (no GROUP BY)'} "
+                                f"[{aggregate_names(parts['aggregates'])}]")
     star = any(isinstance(i, exp.Star) for i in items)
     key: tuple[int | str, ...] | None = None
     if shape.key is not None:
@@ -256,7 +257,8 @@ def shapes_of(roots: list[tuple[str, tuple[str, ...]]], derived: list[tuple[str,
         plan = plan_query(query, shapes)
         names = [i.alias_or_name for i in sqlglot.parse_one(query, read=SPARK).selects]
         key = output_key(plan, names)
-        known = key is not None and "" not in key and NUMBER not in key  # (a row's number is no key to select)
+        # (a row's number is no key to select; nor is the empty key of an aggregate without GROUP BY)
+        known = key is not None and key != () and "" not in key and NUMBER not in key
         shapes[name] = TableShape(key if known else None, plan.append_only)
     return shapes
 

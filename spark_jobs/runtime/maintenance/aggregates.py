@@ -82,6 +82,12 @@ def folded_groups(t: MaintainedTable, net: DataFrame, old_sink: int, whole: bool
                          (changed & recompute).alias("_recompute"), changed.alias("_changed"))
 
 
+def alive(t: MaintainedTable) -> Column:
+    """Which folded groups keep a row: those with rows left; the one row of an aggregate without
+    GROUP BY always (``COUNT(*)`` 0, ``SUM`` NULL, as SQL answers over no rows)."""
+    return F.lit(True) if t.plan.one_row else F.col(ROWS) > 0
+
+
 def with_groups_recomputed(t: MaintainedTable, kept: DataFrame, work: BarrierWork) -> DataFrame:
     """``kept`` groups, with those marked ``_recompute`` computed again from the sources'
     snapshots at the barrier (only when MIN/MAX/COUNT(DISTINCT) may need it)."""
@@ -97,6 +103,7 @@ def with_groups_recomputed(t: MaintainedTable, kept: DataFrame, work: BarrierWor
         return kept.select(*columns)
     t.bind_snapshots(work)
     fresh = t.spark.sql(t.plan.full_query)
-    fresh = fresh.join(F.broadcast(redo), same_values(fresh, redo, [(k, k) for k in key]), "left_semi")
+    if key:  # (one global group: its one row)
+        fresh = fresh.join(F.broadcast(redo), same_values(fresh, redo, [(k, k) for k in key]), "left_semi")
     return kept.where(~F.col("_recompute")).select(*columns).unionByName(
         fresh.select(*t.columns()).withColumn("_changed", F.lit(True)))

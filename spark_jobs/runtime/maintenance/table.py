@@ -33,8 +33,10 @@ CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
 def same_values(left: DataFrame, right: DataFrame, pairs: list[tuple[str, str]]) -> Column:
-    """Null-safe equality of column pairs: GROUP BY and join keys may be NULL."""
-    return functools.reduce(lambda a, b: a & b, [left[x].eqNullSafe(right[y]) for x, y in pairs])
+    """Null-safe equality of column pairs: GROUP BY and join keys may be NULL (no pairs, the
+    empty key of one global group: every row matches)."""
+    equal = [left[x].eqNullSafe(right[y]) for x, y in pairs]
+    return functools.reduce(lambda a, b: a & b, equal) if equal else F.lit(True)
 
 
 def keys_to_join(keys: DataFrame) -> tuple[DataFrame, list[Row] | None]:

@@ -18,10 +18,10 @@ from pyspark.sql import functions as F
 
 from coordinator.domain.snapshot import APPENDED, HIDDEN, ROW_KEY
 from coordinator.domain.work import BarrierWork
-from spark_jobs.planning.plan import ROWS, WEIGHT, PlanKind, output_key
+from spark_jobs.planning.plan import WEIGHT, PlanKind, output_key
 from spark_jobs.runtime.commits import merge_by_key
 from spark_jobs.runtime.delta_log import COMPACTED, read_version, table_bytes
-from spark_jobs.runtime.maintenance.aggregates import folded_groups, with_groups_recomputed
+from spark_jobs.runtime.maintenance.aggregates import alive, folded_groups, with_groups_recomputed
 from spark_jobs.runtime.maintenance.change_rows import change_rows
 from spark_jobs.runtime.maintenance.table import MaintainedTable, netted, same_values
 from spark_jobs.runtime.pruning import KEYS_LIMIT, within
@@ -133,7 +133,7 @@ def apply_changes(t: MaintainedTable, work: BarrierWork, base: tuple[dict[str, i
             if t.plan.key is None:  # an append-only result: add the new rows
                 added = appended_rows(t, net).observe(observation, F.count(F.lit(1)).alias("changed"))
                 write = lambda: t.sink.append(added)  # noqa: E731
-            elif table_bytes(t.spark, path) <= t.rewrite_limit_bytes:
+            elif t.plan.one_row or table_bytes(t.spark, path) <= t.rewrite_limit_bytes:
                 whole = rewritten(t, net, old_sink, work, observation)
 
                 def write() -> None:
@@ -155,9 +155,9 @@ def merged(t: MaintainedTable, net: DataFrame, old_sink: int, work: BarrierWork)
     with t.watch.phase("changes"):
         if t.plan.aggregated:  # (groups that lost their MIN/MAX are recomputed here: an action)
             new = t.cache(folded_groups(t, net, old_sink, whole=False))
-            rows = with_groups_recomputed(t, new.where(F.col(ROWS) > 0), work).drop("_changed") \
+            rows = with_groups_recomputed(t, new.where(alive(t)), work).drop("_changed") \
                 .withColumn(DELETE, F.lit(False))
-            changes = rows.unionByName(deletes(t, new.where(F.col(ROWS) <= 0), key))
+            changes = rows.unionByName(deletes(t, new.where(~alive(t)), key))
         else:
             changes = merge_rows_by_key(t, net)
         changes = t.cache(changes)
@@ -236,7 +236,7 @@ def rewritten(t: MaintainedTable, net: DataFrame, old_sink: int, work: BarrierWo
     counts the changed rows."""
     if t.plan.aggregated:
         new = folded_groups(t, net, old_sink, whole=True)
-        result = with_groups_recomputed(t, new.where(F.col(ROWS) > 0), work)
+        result = with_groups_recomputed(t, new.where(alive(t)), work)
     else:
         key = t.key()
         upserts, gone = upserts_and_gone(t, net)

@@ -97,11 +97,23 @@ def test_distinct_and_time_windows_are_aggregates(query: str) -> None:
     assert plan.kind == "aggregate" and "GROUP BY" in plan.full_query
 
 
+@pytest.mark.parametrize(("query", "kind"), [
+    ("SELECT COUNT(*) AS n, SUM(id) AS s, MAX(id) AS top FROM users WHERE region = 'eu'", "aggregate"),
+    ("SELECT COUNT(*) AS n FROM orders o JOIN users u ON o.user_id = u.id", "join_aggregate"),
+])
+def test_an_aggregate_without_group_by_is_one_group_kept_by_its_changes(query: str, kind: str) -> None:
+    plan = plan_query(query, SHAPES)
+    assert (plan.kind, plan.key, plan.one_row) == (kind, (), True)
+    assert "its one row (no GROUP BY)" in plan.explain()
+    # a table that reads it finds no key to follow its one row by: it is recomputed, as before
+    shapes = shapes_of([("users", ("id",)), ("orders", ("oid",))], [("total", query)])
+    assert shapes["total"].key is None
+
+
 @pytest.mark.parametrize(
     ("query", "reason"),
     [
         ("SELECT name FROM users", "key (id) is not selected"),
-        ("SELECT COUNT(*) FROM users", "without GROUP BY"),
         ("SELECT id, COUNT(*) AS n FROM users WHERE id > (SELECT AVG(id) FROM users) GROUP BY id", "outside FROM"),
         ("SELECT * FROM (SELECT id, rank() OVER (PARTITION BY region ORDER BY id) r FROM users) WHERE r < 3",
          "does not select users.region"),

@@ -243,8 +243,9 @@ def bid(rng: random.Random, key: int) -> Row:
 
 def test_grouped_shapes_equal_their_query_over_each_snapshot(spark: SparkSession, tmp_path: Path) -> None:
     """Top-N, HAVING, DISTINCT, CTEs, time windows, groups by an expression and over a generator's
-    rows, under inserts, updates (rows moving between groups, late timestamps) and deletes (a
-    group emptied, then refilled), NULL groups."""
+    rows, aggregates without GROUP BY (one over no rows at all), under inserts, updates (rows
+    moving between groups, late timestamps) and deletes (a group emptied, then refilled), NULL
+    groups."""
     rng = random.Random(11)
     gone = rng.choice([0, 1, 2])
     maintained_equal_their_queries(spark, tmp_path / "wh", rng, {"bids": Root(BIDS, 60, bid)}, {
@@ -263,6 +264,13 @@ def test_grouped_shapes_equal_their_query_over_each_snapshot(spark: SparkSession
                         "WHERE auction > 0) GROUP BY minute HAVING COUNT(DISTINCT bidder) > 3", "groups"),
         "either_side": ("SELECT x, COUNT(*) AS n, SUM(price) AS total FROM bids LATERAL VIEW explode(array(auction, "
                         "bidder)) e AS x GROUP BY x", "aggregate"),  # a generator's rows carry their row's weight
+        # without GROUP BY: one row, kept by the changes, also over no rows (COUNT 0, the others NULL)
+        "all_bids": ("SELECT COUNT(*) AS n, SUM(price) AS total, AVG(price) AS mean, MIN(price) AS low, "
+                     "MAX(price) AS top, COUNT(DISTINCT bidder) AS bidders FROM bids", "aggregate"),
+        "gone_bids": (f"SELECT COUNT(*) AS n, COUNT(price) AS priced, SUM(price) AS total, MAX(price) AS top FROM bids "
+                      f"WHERE auction = {gone}", "aggregate"),
+        "no_bids": ("SELECT COUNT(*) AS n, SUM(price) AS total, MIN(ts) AS first FROM bids WHERE price > 100",
+                    "aggregate"),
     }, emptied=lambda barrier, table, row: barrier == 2 and row[1] == gone)  # auction `gone` loses every bid
     history = DeltaTable.forPath(spark, str(tmp_path / "wh" / "top_bids")).history().collect()
     assert {r["operation"] for r in history} >= {"MERGE", "WRITE"}  # maintained both ways after the first
@@ -287,6 +295,8 @@ def test_joins_equal_their_query_over_each_snapshot(spark: SparkSession, tmp_pat
         "seller_cities": ("SELECT p.city, COUNT(*) AS n, SUM(b.price) AS total, MAX(b.price) AS top FROM bids b "
                           "JOIN auctions a ON b.auction = a.id JOIN persons p ON a.seller = p.id GROUP BY p.city",
                           "join_aggregate"),
+        "sold_bids": ("SELECT COUNT(*) AS n, SUM(b.price) AS total, MIN(b.price) AS low FROM bids b JOIN auctions a "
+                      "ON b.auction = a.id WHERE a.seller IS NOT NULL", "join_aggregate"),
         "winning_bids": ("SELECT * FROM (SELECT a.id AS auction_id, a.seller, b.bid_id, b.price, ROW_NUMBER() OVER "
                          "(PARTITION BY a.id ORDER BY b.price DESC, b.bid_id) AS rn FROM auctions a JOIN bids b "
                          "ON a.id = b.auction) WHERE rn = 1", "groups"),
