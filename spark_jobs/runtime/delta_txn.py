@@ -14,12 +14,13 @@ transaction on the table's newest snapshot, ``writeFiles``, and one commit of th
 ``WRITE`` operation and metadata. Another writer that committed meanwhile makes the commit
 conflict (the app id is registered as read; a rewrite reads the whole table), as Delta's own
 writer would. Where the checksum lacks the marks or the file list, or the write needs more
-(a new table, another schema), it returns ``None`` and the caller writes the usual way.
+(a new table, another schema), it returns a ``Fallback`` saying why, and the caller writes the
+usual way.
 
 Example::
 
     done = commit_directly(spark, delta_log(spark, path), frame, "append", Mark("job#g0", 17, '{"barrier": 17}'))
-    if done is None:
+    if isinstance(done, Fallback):
         frame.write.format("delta").mode("append").save(path)   # under the txn session confs
 """
 
