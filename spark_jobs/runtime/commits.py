@@ -301,8 +301,8 @@ class DeltaSink:
         if isinstance(done, Fallback):
             if done.reason not in self._fallbacks:
                 self._fallbacks.add(done.reason)
-                log.warning("table %s: its barriers go through Delta's writer, which rebuilds the table's state "
-                            "for each: %s (said once)", self.name or self.path, done.reason)
+                log.warning("table %s: barriers go through Delta's writer, which rebuilds the table's state "
+                            "for each, while %s (said once)", self.name or self.path, done.reason)
             return False
         self._direct = done
         return True

@@ -77,7 +77,7 @@ def commit_directly(spark: SparkSession, log: Any, frame: DataFrame, mode: str, 
         return Fallback("the table has no commit yet")
     checksum = snapshot.checksumOpt()
     if not checksum.isDefined():
-        return Fallback(f"version {snapshot.version()} has no checksum")
+        return Fallback("its newest version has no checksum (written by another writer, or checksums off)")
     marks = checksum.get().setTransactions()
     if not marks.isDefined():
         return Fallback("its checksum keeps no txn marks (over 100 apps wrote the table, or a txn retention is set)")
