@@ -24,7 +24,9 @@ from py4j.protocol import STATIC_PREFIX
 from pyspark.sql import SparkSession
 
 _lock = threading.Lock()
-_resolved: dict[tuple[int, str, str], Any] = {}  # (gateway client, class, member or "") -> JavaClass / JavaMember
+# (gateway client's id, class, member or "") -> (the client, its JavaClass / JavaMember); the
+# client is held so that its id names no later session's client
+_resolved: dict[tuple[int, str, str], tuple[Any, Any]] = {}
 
 
 def java_class(spark: SparkSession, name: str) -> Any:
@@ -33,8 +35,8 @@ def java_class(spark: SparkSession, name: str) -> Any:
     key = (id(client), name, "")
     with _lock:
         if key not in _resolved:
-            _resolved[key] = JavaClass(name, client)
-        return _resolved[key]
+            _resolved[key] = (client, JavaClass(name, client))
+        return _resolved[key][1]
 
 
 def static(spark: SparkSession, name: str, method: str) -> Any:
@@ -44,8 +46,8 @@ def static(spark: SparkSession, name: str, method: str) -> Any:
     key = (id(client), name, method)
     with _lock:
         if key not in _resolved:
-            _resolved[key] = JavaMember(method, None, STATIC_PREFIX + name, client)
-        return _resolved[key]
+            _resolved[key] = (client, JavaMember(method, None, STATIC_PREFIX + name, client))
+        return _resolved[key][1]
 
 
 def none(spark: SparkSession) -> Any:
