@@ -74,11 +74,15 @@ QUERIES: dict[str, tuple[str, Callable[[dict[int, Row], dict[int, Row]], list[Ro
         lambda o, u: [(uid, sum(r[2] for r in rows) / len(rows)) for uid, rows in by_user(o).items()],
     ),
 }
-# recomputed at every barrier (tests/spark_jobs/runtime/test_ivm.py only: the CDC drill keeps to QUERIES)
+# over the whole table (tests/spark_jobs/runtime/test_ivm.py only: the CDC drill keeps to QUERIES)
 EVERYTHING: dict[str, tuple[str, Callable[[dict[int, Row], dict[int, Row]], list[Row]]]] = {
-    "everything": (  # one row over the whole table: full refresh
+    "everything": (  # one row, without GROUP BY: kept by the changes
         "SELECT COUNT(*) AS n, SUM(amount) AS total FROM orders",
         lambda o, u: [(len(o), sum(r[2] for r in o.values()) if o else None)],
+    ),
+    "overall_mean": (  # an expression over aggregates without GROUP BY: recomputed at every barrier
+        "SELECT SUM(amount) / COUNT(*) AS mean FROM orders",
+        lambda o, u: [(sum(r[2] for r in o.values()) / len(o) if o else None,)],
     ),
 }
 

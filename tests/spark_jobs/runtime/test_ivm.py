@@ -61,7 +61,8 @@ def test_every_operator_matches_python_under_inserts_updates_and_deletes(spark: 
     plans = {t.name: plan_query(t.query, shapes) for t in pipeline.derived}
     assert {n: p.kind for n, p in plans.items()} == {
         "big_orders": "projection", "per_user": "aggregate", "named_orders": "join",
-        "per_region": "join_aggregate", "mean_amount": "groups", "everything": "full_refresh",
+        "per_region": "join_aggregate", "mean_amount": "groups", "everything": "aggregate",
+        "overall_mean": "full_refresh",
     }
     completions = Completions()
 
