@@ -33,8 +33,8 @@ from coordinator.domain.errors import ForeignState
 from coordinator.faults import crash_point, fires_once
 from coordinator.settings import CrashAt, Settings
 from spark_jobs.runtime.catalog import register_table
-from spark_jobs.runtime.delta_log import align_log_retention, newest_commit, parse_metadata, prepare_next_write
-from spark_jobs.runtime.delta_txn import ALREADY, Fallback, Mark, commit_directly, delta_log
+from spark_jobs.runtime.delta_log import align_log_retention, delta_log, newest_commit, parse_metadata, prepare_next_write
+from spark_jobs.runtime.delta_txn import ALREADY, Fallback, Mark, commit_directly
 from spark_jobs.runtime.job_metrics import job_metrics
 from spark_jobs.runtime.session import session_conf, spark_error
 from spark_jobs.runtime.stopwatch import Stopwatch
@@ -98,7 +98,7 @@ class DeltaSink:
         self._mark: Mark | None = None  # the barrier ``commit`` is writing, for ``append`` and ``overwrite``
         self._direct: int | None = None  # the version a direct commit of it made (``ALREADY``: the table had it)
         self._fallbacks: set[str] = set()  # why barriers went through Delta's writer, said once each
-        self._log: Any = None  # the table's DeltaLog, once the table exists (``delta_txn.delta_log``)
+        self._log: Any = None  # the table's DeltaLog, once the table exists (``delta_log.delta_log``)
         # the upkeep's Spark jobs go to the job's own scheduler pool: in the shared default pool they
         # waited behind other jobs' upkeep and checkpoints, and the next barrier waited for them
         self._upkeep = ThreadPoolExecutor(1, thread_name_prefix=f"upkeep-{self.job_id}", initializer=lambda: (
@@ -246,10 +246,10 @@ class DeltaSink:
             self.exists = True
             self._history_loaded = True  # made by this write: its history is this commit, recorded below
             self._register()
-        if self._direct is not None and self._direct != ALREADY:
-            version, meta = self._direct, {"job": self.job_id, "barrier": barrier, "generation": generation}
-        elif self._direct == ALREADY:
+        if self._direct == ALREADY:
             meta = {}  # the table's mark held the barrier: found in its history below
+        elif self._direct is not None:
+            version, meta = self._direct, {"job": self.job_id, "barrier": barrier, "generation": generation}
         else:
             with watch.phase("lookup"):
                 version, meta = newest_commit(self.spark, self.path)

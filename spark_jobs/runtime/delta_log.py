@@ -29,7 +29,9 @@ APPEND_ACTIONS = ("commitInfo", "txn")  # what an append's commit holds beside i
 COMPACTED = "compacted"  # a changelog table's compaction, as its commit's metadata says ("layout")
 
 
-def _log(spark: SparkSession, path: str) -> Any:
+def delta_log(spark: SparkSession, path: str) -> Any:
+    """The table's ``DeltaLog`` (keep it where it is used often: each look-up makes a Hadoop
+    configuration)."""
     return static(spark, "org.apache.spark.sql.delta.DeltaLog", "forTable")(spark._jsparkSession, path)
 
 
@@ -37,7 +39,7 @@ def newest_commit(spark: SparkSession, path: str) -> tuple[int, dict[str, Any]]:
     """(version, userMetadata parsed as a JSON object) of the newest commit this application
     knows of the table at ``path``: right after a write through ``spark``, the commit that
     write made (a write Delta skipped as already done leaves the commit before it)."""
-    log = _log(spark, path)
+    log = delta_log(spark, path)
     version = int(log.unsafeVolatileSnapshot().version())
     delta_file = static(spark, "org.apache.spark.sql.delta.util.FileNames", "unsafeDeltaFile")(log.logPath(), version)
     info = static(spark, "org.apache.spark.sql.delta.DeltaHistoryManager", "getCommitInfoOpt")(
@@ -49,13 +51,13 @@ def newest_commit(spark: SparkSession, path: str) -> tuple[int, dict[str, Any]]:
 def latest_version(spark: SparkSession, path: str) -> int:
     """The newest version of the table at ``path`` now, from a listing of its log (no state is
     reconstructed); -1 if the table has no commit yet."""
-    return int(_log(spark, path).update(False, none(spark), none(spark)).version())
+    return int(delta_log(spark, path).update(False, none(spark), none(spark)).version())
 
 
 def table_bytes(spark: SparkSession, path: str) -> int:
     """Size of the table's current files, from the snapshot this application holds: its
     checksum file says it (asking the snapshot itself would reconstruct its state)."""
-    snapshot = _log(spark, path).unsafeVolatileSnapshot()
+    snapshot = delta_log(spark, path).unsafeVolatileSnapshot()
     checksum = snapshot.checksumOpt()
     return int(checksum.get().tableSizeBytes() if checksum.isDefined() else snapshot.sizeInBytes())
 
@@ -64,7 +66,7 @@ def align_log_retention(spark: SparkSession, path: str) -> None:
     """Give a table created before the session's log retention was set (or with another one)
     that retention; the sink calls this in its upkeep slot, where no write of its own races it."""
     wanted = spark.conf.get(LOG_RETENTION_DEFAULT, None)
-    configuration = _log(spark, path).unsafeVolatileSnapshot().metadata().configuration()
+    configuration = delta_log(spark, path).unsafeVolatileSnapshot().metadata().configuration()
     current = configuration.get("delta.logRetentionDuration")
     if wanted and (not current.isDefined() or current.get() != wanted):
         spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.logRetentionDuration' = '{wanted}', "
@@ -82,7 +84,7 @@ def prepare_next_write(spark: SparkSession, path: str, checkpoint: bool, compact
     checkpoint of the log (which Delta would otherwise write inside every 10th commit)."""
     if compact:
         DeltaTable.forPath(spark, path).optimize().executeCompaction()
-    log = _log(spark, path)
+    log = delta_log(spark, path)
     snapshot = log.unsafeVolatileSnapshot()
     if rebuild:
         snapshot.transactions()

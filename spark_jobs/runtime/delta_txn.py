@@ -19,6 +19,7 @@ usual way.
 
 Example::
 
+    from spark_jobs.runtime.delta_log import delta_log
     done = commit_directly(spark, delta_log(spark, path), frame, "append", Mark("job#g0", 17, '{"barrier": 17}'))
     if isinstance(done, Fallback):
         frame.write.format("delta").mode("append").save(path)   # under the txn session confs
@@ -27,7 +28,6 @@ Example::
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -38,7 +38,6 @@ from pyspark.sql.types import StructType
 
 from spark_jobs.runtime.java import java_class, none, some, static
 
-log = logging.getLogger(__name__)
 DELTA = "org.apache.spark.sql.delta."
 ALREADY = -1  # ``commit_directly``'s answer for a barrier the table holds already (its mark says so)
 
@@ -59,15 +58,10 @@ class Fallback:
     reason: str
 
 
-def delta_log(spark: SparkSession, path: str) -> Any:
-    """The table's ``DeltaLog`` (keep it: each look-up makes a Hadoop configuration)."""
-    return static(spark, DELTA + "DeltaLog", "forTable")(spark._jsparkSession, path)
-
-
 def commit_directly(spark: SparkSession, log: Any, frame: DataFrame, mode: str, mark: Mark,
                     options: Mapping[str, str] | None = None,
                     before_commit: Callable[[], None] = lambda: None) -> int | Fallback:
-    """Commit ``frame`` to the table of ``log`` (``delta_log``) as ``mark``'s barrier: appended
+    """Commit ``frame`` to the table of ``log`` (``delta_log.delta_log``) as ``mark``'s barrier: appended
     (``mode`` "append") or replacing every row ("overwrite"). Returns the version made,
     ``ALREADY`` if the table's mark holds the barrier, or a ``Fallback`` saying why the usual
     writer must do it. ``before_commit`` runs between writing the files and committing them

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from py4j.java_gateway import JavaClass, JavaMember
@@ -31,22 +32,22 @@ _resolved: dict[tuple[int, str, str], tuple[Any, Any]] = {}
 
 def java_class(spark: SparkSession, name: str) -> Any:
     """The JVM class ``name`` (``a.b.C``, a nested one ``a.b.C$D``): call it to construct one."""
-    client = spark._jvm._gateway_client  # type: ignore[union-attr]
-    key = (id(client), name, "")
-    with _lock:
-        if key not in _resolved:
-            _resolved[key] = (client, JavaClass(name, client))
-        return _resolved[key][1]
+    return _resolve(spark, name, "", lambda client: JavaClass(name, client))
 
 
 def static(spark: SparkSession, name: str, method: str) -> Any:
     """The static method ``method`` of the JVM class ``name`` (a Scala object's method too:
     its class's static forwarder), ready to call."""
+    return _resolve(spark, name, method, lambda client: JavaMember(method, None, STATIC_PREFIX + name, client))
+
+
+def _resolve(spark: SparkSession, name: str, member: str, make: Callable[[Any], Any]) -> Any:
+    """``make(client)`` for ``spark``'s gateway client, once per client, class and member."""
     client = spark._jvm._gateway_client  # type: ignore[union-attr]
-    key = (id(client), name, method)
+    key = (id(client), name, member)
     with _lock:
         if key not in _resolved:
-            _resolved[key] = (client, JavaMember(method, None, STATIC_PREFIX + name, client))
+            _resolved[key] = (client, make(client))
         return _resolved[key][1]
 
 

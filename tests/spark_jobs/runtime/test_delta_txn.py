@@ -13,7 +13,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.runtime.commits import DeltaSink
-from spark_jobs.runtime.delta_txn import ALREADY, Fallback, Mark, commit_directly, delta_log
+from spark_jobs.runtime.delta_log import delta_log
+from spark_jobs.runtime.delta_txn import ALREADY, Fallback, Mark, commit_directly
 from spark_jobs.runtime.session import session_conf
 
 pytestmark = [pytest.mark.integration]
