@@ -10,7 +10,7 @@ answer them in milliseconds. No data is read here: data always goes through Spar
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from delta.tables import DeltaTable
@@ -27,6 +27,31 @@ from spark_jobs.runtime.storage import Storage
 APPENDED_VERSIONS = 20  # the most versions ``appended_files`` reads one by one (a job far behind reads the feed)
 APPEND_ACTIONS = ("commitInfo", "txn")  # what an append's commit holds beside its added files
 COMPACTED = "compacted"  # a changelog table's compaction, as its commit's metadata says ("layout")
+# A read of at most this many bytes of files is one partition (``read_files``): a barrier over
+# small inputs is then one Spark stage of one task, where shuffles made it four stages of five
+# tasks, each a round of scheduling, task serialization and shuffle files on the driver (a
+# sibling aggregate's barrier: 0.64 -> 0.50 core-s, ``bench.siblings``). About 100,000 narrow
+# rows: one task's work of tens of milliseconds, so a larger read (or a costly Python function
+# over one) keeps Spark's split and its parallel tasks.
+ONE_TASK_BYTES = 1 << 20
+
+
+class DataFiles(NamedTuple):
+    """Data files of a table to read (``read_files(spark, *found)``): whole paths, the table's
+    schema (JSON) and the files' bytes, as the log records them."""
+
+    paths: list[str]
+    schema_json: str
+    size: int | None = None
+
+
+def total_size(sizes: list[Any]) -> int | None:
+    """The bytes of files whose log entries gave ``sizes``; None if one did not say.
+
+    >>> total_size([10, 20]), total_size([10, None]), total_size([])
+    (30, None, 0)
+    """
+    return sum(sizes) if all(isinstance(s, int) for s in sizes) else None
 
 
 def delta_log(spark: SparkSession, path: str) -> Any:
@@ -111,7 +136,7 @@ def parse_metadata(raw: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def version_files(spark: SparkSession, path: str, version: int) -> tuple[list[str], str] | None:
+def version_files(spark: SparkSession, path: str, version: int) -> DataFiles | None:
     """The data files that make up ``version`` of the table at ``path`` and its schema (JSON),
     from that version's checksum file, which Delta writes with every commit and which lists the
     files of a table of up to 50 of them. None where that is not enough to read the version as
@@ -121,12 +146,13 @@ def version_files(spark: SparkSession, path: str, version: int) -> tuple[list[st
     checksum = _checksum(spark, path, version)
     if not isinstance(checksum.get("allFiles"), list) or not _plain(checksum.get("metadata")):
         return None
-    files = []
+    files, sizes = [], []
     for add in checksum["allFiles"]:
         if add.get("deletionVector"):
             return None
         files.append(data_file(path, unquote(add["path"])))
-    return files, checksum["metadata"]["schemaString"]
+        sizes.append(add.get("size"))
+    return DataFiles(files, checksum["metadata"]["schemaString"], total_size(sizes))
 
 
 def log_file(spark: SparkSession, path: str, name: str) -> list[dict[str, Any]] | None:
@@ -196,13 +222,18 @@ def latest_rows(frame: DataFrame) -> DataFrame:
     return kept.unionByName(latest)
 
 
-def read_files(spark: SparkSession, files: list[str], schema_json: str) -> DataFrame:
-    """The rows of a Delta table's data ``files`` (whole paths), read with its schema (JSON)."""
+def read_files(spark: SparkSession, files: list[str], schema_json: str, size: int | None = None) -> DataFrame:
+    """The rows of a Delta table's data ``files`` (whole paths), read with its schema (JSON); in
+    one partition where their ``size`` is known to be at most ``ONE_TASK_BYTES``, so the
+    aggregates and joins over it need no shuffle (one partition is already grouped by any key)."""
     schema = StructType.fromJson(json.loads(schema_json))
-    return spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
+    if not files:
+        return spark.createDataFrame([], schema)
+    frame = spark.read.schema(schema).parquet(*files)
+    return frame.coalesce(1) if size is not None and size <= ONE_TASK_BYTES else frame
 
 
-def appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[list[str], str] | None:
+def appended_files(spark: SparkSession, path: str, old: int, new: int) -> DataFiles | None:
     """The data files that versions ``(old, new]`` of the table at ``path`` added, and its schema
     at ``new``, if those versions only added files (appends: no file removed, no change-data
     file, no new schema, no deletion vector), read from their commit files (``_log_json``).
@@ -215,7 +246,7 @@ def appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[
     checksum = _checksum(spark, path, new)
     if not _plain(checksum.get("metadata")):
         return None
-    files = []
+    files, sizes = [], []
     for version in range(old + 1, new + 1):
         actions = _log_json(spark, path, f"{version:020d}.json")
         if actions is None:  # a commit file gone (log cleanup): the feed fails with Delta's own message
@@ -224,9 +255,10 @@ def appended_files(spark: SparkSession, path: str, old: int, new: int) -> tuple[
             ((kind, value),) = action.items()
             if kind == "add" and value.get("dataChange") and not value.get("deletionVector"):
                 files.append(data_file(path, unquote(value["path"])))
+                sizes.append(value.get("size"))
             elif kind not in APPEND_ACTIONS:
                 return None
-    return files, checksum["metadata"]["schemaString"]
+    return DataFiles(files, checksum["metadata"]["schemaString"], total_size(sizes))
 
 
 def changelog_appended_files(spark: SparkSession, path: str, old: int,

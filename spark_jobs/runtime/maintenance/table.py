@@ -110,7 +110,7 @@ class MaintainedTable:
         update: a Spark job looks, only where they were not appends)."""
         appended = appended_files(self.spark, self.locate(table), old, new)
         if appended is not None:
-            return read_files(self.spark, *appended), appended[0]
+            return read_files(self.spark, *appended), appended.paths
         feed = self._feed(table, old, new)
         return None if feed.where(F.col(WEIGHT) < 0).limit(1).count() else (feed.drop(WEIGHT), None)
 

@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.runtime.delta_log import (
+    ONE_TASK_BYTES,
     appended_files,
     newest_commit,
     read_files,
@@ -99,3 +100,27 @@ def test_appended_versions_read_from_their_commits_equal_the_change_data_feed(
     assert appended_files(spark, path, 0, 4) is None
     assert appended_files(spark, path, -1, 0) is None  # the table's creation: its schema is new
     assert appended_files(spark, path, 4, 4) is None  # no version
+
+
+def test_a_small_read_is_one_partition_so_its_aggregate_needs_no_shuffle(
+    spark: SparkSession, table_path: Callable[[str], str]
+) -> None:
+    path = table_path("small_reads")
+    frame = lambda rows: spark.createDataFrame(rows, "k BIGINT, v BIGINT").repartition(2)  # noqa: E731
+    frame([(k, k * 10) for k in range(40)]).write.format("delta").save(path)  # version 0: two files
+    frame([(k % 5, 1) for k in range(40)]).write.format("delta").mode("append").save(path)  # version 1
+
+    def plan(read: DataFrame) -> str:
+        return read.groupBy("k").sum("v")._jdf.queryExecution().executedPlan().toString()
+
+    whole, added = version_files(spark, path, 1), appended_files(spark, path, 0, 1)
+    assert whole is not None and added is not None
+    assert whole.size is not None and added.size is not None and 0 < added.size < whole.size
+    for found in (whole, added):
+        small = read_files(spark, *found)
+        assert small.rdd.getNumPartitions() == 1
+        assert "Exchange" not in plan(small)
+        large = read_files(spark, found.paths, found.schema_json, ONE_TASK_BYTES + 1)  # (as if it were large)
+        assert "Exchange" in plan(large)  # Spark's own split and shuffle
+        assert _rows(small) == _rows(large)
+    assert _rows(read_version(spark, path, 1)) == _rows(spark.read.format("delta").load(path))
