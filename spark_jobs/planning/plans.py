@@ -101,7 +101,7 @@ def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple
         return Plan(query=tree.sql(dialect=SPARK), sources=sources, **parts)
     aliases, join = relations(tree)
     items = list(tree.expressions)
-    grouped = bool(tree.args.get("group")) or any(isinstance(i.unalias(), exp.AggFunc) for i in items)
+    grouped = bool(tree.args.get("group")) or any(_aggregates(i, tree) for i in items)
     generator = _generator(tree)
     if generator and not grouped and not all(shapes.get(t, UNKNOWN).append_only for t in set(aliases.values())):
         raise Unsupported(f"{generator} makes any number of rows of one source row, so no source key finds them in "
@@ -126,6 +126,19 @@ def _plan(tree: exp.Expression, shapes: Mapping[str, TableShape], sources: tuple
             except Unsupported:
                 raise exc from None
     return Plan(query=tree.sql(dialect=SPARK), sources=sources, **parts)
+
+
+def _aggregates(item: exp.Expression, select: exp.Select) -> bool:
+    """Whether the select-list ``item`` aggregates ``select``'s rows: an aggregate function
+    anywhere in it (``SUM(a) / COUNT(*)`` too), but not a window's (``SUM(a) OVER (...)``) nor
+    a subquery's.
+
+    >>> tree = sqlglot.parse_one("SELECT SUM(a) / COUNT(*), SUM(a) OVER (), (SELECT MAX(b) FROM u) FROM t")
+    >>> [_aggregates(i, tree) for i in tree.expressions]
+    [True, False, False]
+    """
+    return any(not agg.find_ancestor(exp.Window) and agg.find_ancestor(exp.Select) is select
+               for agg in item.find_all(exp.AggFunc))
 
 
 def _generator(tree: exp.Select) -> str | None:

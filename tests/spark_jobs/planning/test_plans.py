@@ -153,6 +153,13 @@ def test_an_aggregate_without_group_by_is_one_group_kept_by_its_changes(query: s
         ("SELECT o.oid FROM orders o JOIN users u ON o.uid = u.id CROSS JOIN shopping s", "CROSS JOIN"),
         ("SELECT u.id, x FROM users u LATERAL VIEW explode(array(u.id, 1)) e AS x", "LATERAL VIEW EXPLODE makes any"),
         ("SELECT id, explode(array(id, 1)) AS x FROM users", "EXPLODE makes any number of rows"),
+        # an expression over aggregates without GROUP BY is one row over the whole source, never a
+        # projection of each barrier's rows (over a source that only grows, that appended a row a barrier)
+        ("SELECT SUM(amount) / COUNT(*) AS mean FROM shopping", "is an expression over aggregates"),
+        ("SELECT COALESCE(MAX(amount), 0) AS top FROM shopping", "is an expression over aggregates"),
+        ("SELECT SUM(id) + 1 AS s FROM users", "is an expression over aggregates"),
+        ("SELECT SUM(s.amount) / COUNT(*) AS mean FROM shopping s JOIN users u ON s.user_id = u.id",
+         "is an expression over aggregates"),
     ],
 )
 def test_other_queries_fall_back_to_full_refresh_with_a_reason(query: str, reason: str) -> None:

@@ -329,6 +329,17 @@ def test_distinct_counts_over_a_table_that_only_grows_count_each_new_value(spark
                     "COUNT(*) AS n FROM bids GROUP BY auction", "aggregate")})
 
 
+def test_an_expression_over_aggregates_of_a_table_that_only_grows_stays_its_one_row(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Without GROUP BY, ``SUM(price) / COUNT(*)`` is one row over every bid so far: recomputed.
+    It was once planned as a projection of each barrier's new bids, whose query Spark refuses
+    (MISSING_GROUP_BY): the table's job failed at every barrier."""
+    maintained_equal_their_queries(spark, tmp_path / "wh", random.Random(6), {
+        "bids": Root(BIDS, 0, bid, changes=20, keyed=False),
+    }, {"mean_price": ("SELECT SUM(price) / COUNT(*) AS mean, COALESCE(MAX(price), 0) AS top FROM bids", "full_refresh"),
+        "bids_seen": ("SELECT COUNT(*) AS n, SUM(price) AS total FROM bids", "aggregate")})
+
+
 NEXMARK = Path(__file__).parents[3] / "pipelines" / "nexmark.sql"
 
 
