@@ -38,7 +38,9 @@ PYTHON_ERROR = "An exception was thrown from the Python worker"
 ROW_ID = "__lockstep_row"
 BAD_ROWS_LIMIT = 100  # more failing rows in one barrier than this: the function is wrong, not the rows
 
-ROW_WISE_NODES = frozenset({"Project", "Filter", "Generate", "SubqueryAlias"})
+# (Repartition: rows moved between partitions, each as it is; a small read is one partition,
+# ``delta_log.read_files``, and a function may repartition its input too)
+ROW_WISE_NODES = frozenset({"Project", "Filter", "Generate", "SubqueryAlias", "Repartition"})
 # Spark's loggers of a failed task and of the aborted (noop) write: each probe of the bad-row
 # search that fails logs ERRORs with the Python traceback, tens per bad row, for failures that
 # are expected
