@@ -42,7 +42,7 @@ class DataFiles(NamedTuple):
 
     paths: list[str]
     schema_json: str
-    size: int | None = None
+    size: int | None
 
 
 def total_size(sizes: list[Any]) -> int | None:
