@@ -8,7 +8,10 @@ alternate between Lockstep's way (a read of at most ``delta_log.ONE_TASK_BYTES``
 partition: one stage of one task) and the baseline (every read split as Spark splits it, the
 shuffles planned as before), so both see the same warm-up and the same noise of the machine.
 Per table per barrier it prints core-seconds (the driver JVM's and this process's CPU), wall
-time, Spark jobs and stages, and where the wall time went (the maintainer's phases).
+time, Spark jobs and stages, and where the wall time went (the maintainer's phases). Beside
+them, measured in every round of the same session, Spark's own floor: an empty Spark job
+(``count`` of ``--changed`` numbers) and a plain Delta append of ``--keys`` rows through
+Spark's DataFrame writer (what one table's commit costs with nothing of Lockstep's in it).
 
 Usage: python -m bench.siblings [--tables 3] [--rounds 40] [--changed 1000] [--keys 1000]
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
@@ -41,8 +45,18 @@ class Measured:
     phases: dict[str, float]
 
 
+FLOORS = ("an empty Spark job", "a plain Delta append")
+
+
 def cpu_seconds(processes: list[psutil.Process]) -> float:
     return sum(t.user + t.system for t in (p.cpu_times() for p in processes))
+
+
+def timed(processes: list[psutil.Process], work: Callable[[], object]) -> tuple[float, float]:
+    """(core-seconds, wall seconds) of ``work``."""
+    cpu, began = cpu_seconds(processes), time.perf_counter()
+    work()
+    return cpu_seconds(processes) - cpu, time.perf_counter() - began
 
 
 def run(tables: int, rounds: int, changed: int, keys: int, figures: Figures) -> None:
@@ -79,6 +93,16 @@ def run(tables: int, rounds: int, changed: int, keys: int, figures: Figures) -> 
                                         settings.table_location, publisher))
         print(f"{tables} tables, each: {jobs[0].plan.explain()}")
         measured: list[Measured] = []
+        floors: dict[str, list[tuple[float, float]]] = {name: [] for name in FLOORS}
+        plain = settings.table_location("plain_append")
+
+        def empty_job() -> None:
+            spark.range(changed).count()
+
+        def plain_append(b: int) -> None:
+            (spark.range(keys).select(F.col("id").alias("k"), F.lit(b).cast("bigint").alias("n")).coalesce(1)
+             .write.format("delta").mode("append").save(plain))
+
         for b in range(1, rounds + WARM_UP + 2):
             if b > 1:
                 versions["events"] = root.commit(b, 0, lambda b=b: root.append(rows(b)))
@@ -91,7 +115,10 @@ def run(tables: int, rounds: int, changed: int, keys: int, figures: Figures) -> 
             wall, used = time.perf_counter() - began, cpu_seconds(processes) - cpu
             new_jobs = [j for j in tracker.getJobIdsForGroup(None) if j > last_job]
             stages = sum(len(info.stageIds) for info in map(tracker.getJobInfo, new_jobs) if info is not None)
+            floor = {FLOORS[0]: timed(processes, empty_job), FLOORS[1]: timed(processes, lambda b=b: plain_append(b))}
             if b > WARM_UP + 1:
+                for name, figure in floor.items():
+                    floors[name].append(figure)
                 measured.append(Measured(one_task, used / tables, wall / tables, len(new_jobs) / tables,
                                          stages / tables, {p.name: p.ms for p in jobs[0].watch.phases()}))
         delta_log.ONE_TASK_BYTES = one_task_bytes
@@ -99,10 +126,11 @@ def run(tables: int, rounds: int, changed: int, keys: int, figures: Figures) -> 
             job.close()
         publisher.close()
         spark.stop()
-    report(measured, figures, tables=tables, changed=changed, keys=keys)
+    report(measured, floors, figures, tables=tables, changed=changed, keys=keys)
 
 
-def report(measured: list[Measured], figures: Figures, **context: object) -> None:
+def report(measured: list[Measured], floors: dict[str, list[tuple[float, float]]], figures: Figures,
+           **context: object) -> None:
     ways = {"one task (Lockstep)": [m for m in measured if m.one_task],
             "Spark's split (baseline)": [m for m in measured if not m.one_task]}
     median = {way: statistics.median(m.core_s for m in ms) for way, ms in ways.items()}
@@ -116,8 +144,14 @@ def report(measured: list[Measured], figures: Figures, **context: object) -> Non
               f"{statistics.median(m.wall_s for m in ms):>7.3f} {statistics.median(m.jobs for m in ms):>5.1f} "
               f"{statistics.median(m.stages for m in ms):>6.1f}  " + " ".join(f"{k} {v:.0f}" for k, v in phases.items()))
         figures.add_median(f"core-s per table per barrier, {way}", cores, "core-s", baseline=baseline, **context)
+    for name, figure in floors.items():
+        cores = [c for c, _ in figure]
+        print(f"{name:<26} {statistics.median(cores):>7.3f} {min(cores):>6.3f}-{max(cores):<6.3f} "
+              f"{statistics.median(w for _, w in figure):>7.3f}   (Spark's floor, every barrier, same session)")
+        figures.add_median(f"core-s, {name}", cores, "core-s", baseline=baseline, **context)
     print(f"ratio baseline / one task: {baseline / median['one task (Lockstep)']:.2f}x "
-          f"({len(measured)} barriers, alternating)")
+          f"({len(measured)} barriers, alternating); one task / a plain Delta append: "
+          f"{median['one task (Lockstep)'] / statistics.median(c for c, _ in floors[FLOORS[1]]):.2f}x")
 
 
 def main() -> None:
