@@ -191,6 +191,7 @@ class Settings:
                 max_inflight=_whole_number(env, "LOCKSTEP_BARRIER_MAX_INFLIGHT", BarrierConfig.max_inflight),
                 liveness_ms=_whole_number(env, "LOCKSTEP_JOB_LIVENESS_MS", BarrierConfig.liveness_ms),
                 catchup_stride=_whole_number(env, "LOCKSTEP_BARRIER_CATCHUP_STRIDE", BarrierConfig.catchup_stride),
+                stride_after=_whole_number(env, "LOCKSTEP_BARRIER_STRIDE_AFTER", BarrierConfig.stride_after, minimum=0),
             ),
             schemas=Path(env["LOCKSTEP_SCHEMAS"]) if env.get("LOCKSTEP_SCHEMAS") else None,
             spark_master=env.get("LOCKSTEP_SPARK_MASTER") or "local[2]",

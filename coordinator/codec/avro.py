@@ -12,7 +12,7 @@ Example::
     >>> data[:2].hex()
     'c301'
     >>> codec.decode(data)
-    BarrierAnnounced(barrier=7, ts_ms=1000, cut=(CutEntry(topic='shopping', partition=0, offset=42),))
+    BarrierAnnounced(barrier=7, ts_ms=1000, cut=(CutEntry(topic='shopping', partition=0, offset=42),), strides=())
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from coordinator.domain.events import BarrierAnnounced, CutEntry
+from coordinator.domain.events import BarrierAnnounced, CutEntry, JobState, TableStride
 from coordinator.domain.pacing import due_at
 from coordinator.domain.state import MetaState
+from coordinator.domain.strides import choose_strides, paced_jobs
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class BarrierConfig:
     max_inflight: int = 3
     liveness_ms: int = 30_000
     catchup_stride: int = 10
+    stride_after: int = 3  # a table this many times slower than the rest commits at a stride (0: never)
 
 
 def commit_points(start: int, end: int, stride: int) -> list[int]:
@@ -40,14 +42,15 @@ def commit_points(start: int, end: int, stride: int) -> list[int]:
 
 def next_due(state: MetaState, now_ms: int, config: BarrierConfig = BarrierConfig()) -> int | None:
     """Epoch ms at which the next barrier is due (``coordinator.domain.pacing``), or None while
-    more than ``max_inflight`` barriers are incomplete in a live job (backpressure). Planned from
-    scratch; the leader asks a ``coordinator.domain.pacer.Pacer``, which gives the same.
+    more than ``max_inflight`` barriers are incomplete in a live job (backpressure). Jobs of
+    strided tables and their readers count for neither (``coordinator.domain.strides``). Planned
+    from scratch; the leader asks a ``coordinator.domain.pacer.Pacer``, which gives the same.
 
     >>> from coordinator.domain.fold import fold_all
     >>> next_due(fold_all([BarrierAnnounced(1, 1000)]), 1200)
     2000
     """
-    live = state.live_jobs(now_ms, config.liveness_ms)
+    live = paced_jobs(state, state.live_jobs(now_ms, config.liveness_ms))
     if state.inflight(live) > config.max_inflight:
         return None
     return due_at(state, live, now_ms, config.interval_ms)
@@ -56,7 +59,8 @@ def next_due(state: MetaState, now_ms: int, config: BarrierConfig = BarrierConfi
 def plan_barrier(
     state: MetaState, now_ms: int, cut: Iterable[CutEntry], config: BarrierConfig = BarrierConfig(),
 ) -> BarrierAnnounced | None:
-    """The next barrier, or None while more than ``max_inflight`` are incomplete (backpressure).
+    """The next barrier, or None while more than ``max_inflight`` are incomplete (backpressure),
+    with the tables that commit it only at their stride (``coordinator.domain.strides``).
 
     Ids continue from the state (so restarts and failover neither skip nor repeat an id) and
     timestamps never go backwards, even if the new leader's clock is behind.
@@ -65,14 +69,20 @@ def plan_barrier(
     1
     """
     live = state.live_jobs(now_ms, config.liveness_ms)
-    if state.inflight(live) > config.max_inflight:
+    if state.inflight(paced_jobs(state, live)) > config.max_inflight:
         return None
-    return announcement(state, now_ms, cut)
+    return announcement(state, now_ms, cut, strides(state, live, config))
 
 
-def announcement(state: MetaState, now_ms: int, cut: Iterable[CutEntry]) -> BarrierAnnounced:
-    """Barrier ``last + 1`` with ``cut``, announced now (and never before the last one)."""
+def strides(state: MetaState, live: list[JobState], config: BarrierConfig) -> tuple[TableStride, ...]:
+    """The strides the next barrier announces, from ``live`` jobs' costs."""
+    return choose_strides(state, live, config.stride_after, config.catchup_stride, config.interval_ms)
+
+
+def announcement(state: MetaState, now_ms: int, cut: Iterable[CutEntry],
+                 strides: tuple[TableStride, ...] = ()) -> BarrierAnnounced:
+    """Barrier ``last + 1`` with ``cut`` and ``strides``, announced now (and never before the last one)."""
     last = state.barriers.get(state.last_barrier())
     ts = max(now_ms, last.ts_ms if last is not None else 0)
     ordered = tuple(sorted(cut, key=lambda c: (c.topic, c.partition)))
-    return BarrierAnnounced(state.last_barrier() + 1, ts, ordered)
+    return BarrierAnnounced(state.last_barrier() + 1, ts, ordered, strides)

@@ -246,10 +246,22 @@ class JobState:
 
 
 @dataclass(frozen=True)
+class TableStride:
+    """``table`` commits only barriers that are multiples of ``every`` (``coordinator.domain.strides``):
+    its barrier took ``cost_ms`` (median), against ``reference_ms`` for the pipeline's other jobs."""
+
+    table: str
+    every: int
+    cost_ms: int
+    reference_ms: int
+
+
+@dataclass(frozen=True)
 class BarrierAnnounced:
     barrier: int
     ts_ms: int
     cut: tuple[CutEntry, ...] = ()
+    strides: tuple[TableStride, ...] = ()  # the tables that commit this barrier only if it is a multiple of their stride
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ is estimated to finish each barrier in flight, and redoes only the jobs that the
 An estimate is clamped to "now" as barriers are played, so estimates are kept as max-plus
 pairs ``(a, b)`` meaning ``max(a, now + b)``: valid whatever the tick's time, which turns the
 due time into ``max(earliest, max a, now + max b)`` over the jobs. A reshape (a job or table
-record, a tombstone), another state object or a live job running out of liveness replans all.
+record, a tombstone), another state object, a live job running out of liveness or a barrier
+that strides other tables (``strides``: such jobs and their readers are not planned) replans all.
 It gives exactly what ``barriers.next_due`` gives; a test checks that fact by fact.
 
 Example::
@@ -24,8 +25,8 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from coordinator.domain.barriers import BarrierConfig, announcement
-from coordinator.domain.events import BarrierAnnounced, CutEntry, JobState, JobStatus
+from coordinator.domain.barriers import BarrierConfig, announcement, strides
+from coordinator.domain.events import BarrierAnnounced, CutEntry, JobState, JobStatus, TableStride
 from coordinator.domain.pacing import (
     JobPace,
     Sample,
@@ -37,6 +38,7 @@ from coordinator.domain.pacing import (
     window,
 )
 from coordinator.domain.state import MetaState
+from coordinator.domain.strides import paced_jobs
 
 _NEVER = float("-inf")
 Pair = tuple[float, float]  # (a, b): max(a, now + b)
@@ -67,6 +69,8 @@ class Pacer:
         self._expiry = float("inf")
         self._last = 0
         self._plans: dict[str, _Plan] = {}
+        self._unpaced: set[str] = set()  # live jobs not planned: strided tables' and their readers'
+        self._strides: tuple[TableStride, ...] = ()  # as of the newest barrier
         self._rank: dict[str, int] = {}
         self._sinks: dict[str, _Plan] = {}  # table -> its live writer
         self._readers: dict[str, list[str]] = {}  # table -> live jobs reading it
@@ -86,7 +90,10 @@ class Pacer:
     def plan_barrier(self, state: MetaState, now_ms: int, cut: Iterable[CutEntry]) -> BarrierAnnounced | None:
         """What ``barriers.plan_barrier(state, now_ms, cut, config)`` gives."""
         self._update(state, now_ms)
-        return None if self._inflight() > self.config.max_inflight else announcement(state, now_ms, cut)
+        if self._inflight() > self.config.max_inflight:
+            return None
+        return announcement(state, now_ms, cut, strides(state, state.live_jobs(now_ms, self.config.liveness_ms),
+                                                        self.config))
 
     def paces(self) -> dict[str, JobPace]:
         """Per live job, what a barrier costs it as of the last plan (the slowest one paces the clock)."""
@@ -118,13 +125,17 @@ class Pacer:
         for key in changes:
             if key[0] == "announced":
                 self._last = state.last_barrier()
+                if state.barriers[self._last].strides != self._strides:
+                    self._rebuild(state, now_ms)
+                    return
                 dirty.update(self._plans)
                 for plan in self._plans.values():
                     if not plan.job.sources:  # a root job's input is ready when a barrier is announced
                         touched(plan.job.job_id, int(key[1]))  # type: ignore[call-overload]
             elif key[0] == "renewed":
                 job = state.jobs[str(key[1])]
-                if job.job_id not in self._plans and state.is_live(job, now_ms, self.config.liveness_ms):
+                if job.job_id not in self._plans and job.job_id not in self._unpaced and \
+                        state.is_live(job, now_ms, self.config.liveness_ms):
                     self._rebuild(state, now_ms)
                     return
             else:
@@ -153,10 +164,14 @@ class Pacer:
         for job in state.active_jobs():
             if job.status == JobStatus.RUNNING and job.job_id not in ids:
                 self._asleep.setdefault(job.sink, []).append(job)
-        order = upstream_first(live)
+        paced = paced_jobs(state, live)
+        self._unpaced = ids - {j.job_id for j in paced}
+        announced = state.barriers.get(state.last_barrier())
+        self._strides = announced.strides if announced is not None else ()
+        order = upstream_first(paced)
         self._rank = {j.job_id: i for i, j in enumerate(order)}
         self._plans = {j.job_id: _Plan(j) for j in order}
-        self._sinks = {j.sink: self._plans[j.job_id] for j in live}  # as due_at: the last one wins
+        self._sinks = {j.sink: self._plans[j.job_id] for j in paced}  # as due_at: the last one wins
         self._readers = {}
         for job in order:
             plan = self._plans[job.job_id]

@@ -100,7 +100,9 @@ def _problems(record: TableState | JobState | BarrierAnnounced | BarrierComplete
                     number_problem("generation", record.generation), number_problem("start barrier", record.start_barrier)]
         case BarrierAnnounced():
             return [number_problem("barrier id", record.barrier, lowest=1), number_problem("barrier time", record.ts_ms),
-                    *(token_problem("topic", c.topic) or number_problem("offset", c.offset) for c in record.cut)]
+                    *(token_problem("topic", c.topic) or number_problem("offset", c.offset) for c in record.cut),
+                    *(name_problem("strided table", s.table) or number_problem("stride", s.every, lowest=1)
+                      for s in record.strides)]
         case BarrierCompleted():
             return [name_problem("table name", record.table), name_problem("job id", record.job_id),
                     number_problem("barrier id", record.barrier), number_problem("version", record.delta_version),

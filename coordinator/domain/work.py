@@ -4,7 +4,8 @@ A root job reads, per barrier, the offset range of each topic-partition between 
 barrier it processed before (for its table's first barrier: the offsets its start rule resolved
 to, ``coordinator.domain.starts``) and this barrier's cut; an intermediate job reads its sources at
 their exact points of the barrier. A job further behind than the catch-up stride commits only
-at multiples of it (``barriers.commit_points``). The Spark barrier source
+at multiples of it (``barriers.commit_points``), and a strided table only at multiples of its
+stride (``strides``). The Spark barrier source
 (``spark_jobs.runtime.epochs``) calls ``work_for`` and hands each ``BarrierWork`` to the job.
 
 Example::
@@ -29,6 +30,7 @@ from coordinator.domain.errors import LockstepError
 from coordinator.domain.events import END_STATUSES, NO_PARTITIONS, JobState, OffsetRange
 from coordinator.domain.starts import EARLIEST_OFFSET, begin_offsets
 from coordinator.domain.state import MetaState
+from coordinator.domain.strides import commits_at
 
 EARLIEST = EARLIEST_OFFSET  # an offset range's start when the partition is read from its first record
 EMPTY = -1  # restore_to's version for a revision from scratch (--full): no rows
@@ -77,10 +79,13 @@ def job_to_run(state: MetaState, job_id: str) -> JobState:
 
 
 def ready_barrier(state: MetaState, job: JobState) -> int:
-    """The newest barrier ``job`` may process now."""
-    if job.external_topics:
-        return state.last_barrier()
-    return state.common_barrier(job.sources) or 0
+    """The newest barrier ``job`` may process now: one its table commits (a strided table's
+    batch never ends on a barrier it folds into the next, so the next batch starts where this
+    one's commit ended)."""
+    ready = state.last_barrier() if job.external_topics else state.common_barrier(job.sources) or 0
+    while ready > 0 and not commits_at(state, job.sink, ready):
+        ready -= 1
+    return ready
 
 
 def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int = 10) -> list[BarrierWork]:
@@ -102,7 +107,7 @@ def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int 
     reached: dict[tuple[str, int], int] | None = None  # where the barrier planned before in this call ended
     for b in commit_points(start, end, stride):
         announced = state.barriers.get(b)
-        if announced is None or not all(b in p for p in points.values()):
+        if announced is None or not all(b in p for p in points.values()) or not commits_at(state, job.sink, b):
             continue
         work = BarrierWork(b, job.generation, announced.ts_ms)
         if job.external_topics:

@@ -7,10 +7,11 @@ from typing import Any
 from coordinator.columns import column_sources, ddl_columns
 from coordinator.domain import MetaState
 from coordinator.domain.delays import delay_report
-from coordinator.domain.events import TableKind, TableState
+from coordinator.domain.events import TableKind, TableState, TableStride
 from coordinator.domain.records import to_record
 from coordinator.domain.snapshot import Snapshot
 from coordinator.domain.starts import rule_of
+from coordinator.domain.strides import commits_at, strides_at
 from coordinator.settings import Settings
 
 
@@ -18,10 +19,13 @@ def topology(state: MetaState, now_ms: int, liveness_ms: int) -> dict[str, Any]:
     """Tables in the catalog (CTAS tables not yet created are listed under ``pending`` only), a
     root's with its start rule and the offsets it resolved to; a job's status is STALLED when it
     is RUNNING but silent past the liveness window; ``fused_with`` is the leader of the fused
-    group that made its newest commit ("": its own query)."""
+    group that made its newest commit ("": its own query); ``stride``: a table the newest barrier
+    strides (``coordinator.domain.strides``), every how many barriers it commits and why."""
+    strided = strides_at(state, state.last_barrier())
     return {
         "tables": {n: {"kind": (t := state.tables[n]).kind, "writer": t.writer, "generation": t.generation,
-                       "table_id": t.table_id, **_start(t)} for n in state.catalog()},
+                       "table_id": t.table_id, "stride": _stride(strided.get(n)), **_start(t)}
+                   for n in state.catalog()},
         "pending": state.pending(),
         "jobs": {
             j: {"sink": s.sink, "sources": list(s.sources), "external_topics": list(s.external_topics),
@@ -30,6 +34,12 @@ def topology(state: MetaState, now_ms: int, liveness_ms: int) -> dict[str, Any]:
         },
         "edges": [list(e) for e in state.edges()],
     }
+
+
+def _stride(stride: TableStride | None) -> dict[str, int] | None:
+    """A strided table's stride: every how many barriers it commits, its cost and the clock's without it (ms)."""
+    return None if stride is None else {"every": stride.every, "cost_ms": stride.cost_ms,
+                                        "reference_ms": stride.reference_ms}
 
 
 def _start(table: TableState) -> dict[str, Any]:
@@ -87,7 +97,8 @@ def overview(state: MetaState, now_ms: int, liveness_ms: int, rejections: list[d
     delay and rows sent to its dead-letter table (over the barriers kept); per job its status,
     inputs and time per barrier; the bottleneck; per maintained table the source columns of each
     of its columns (``coordinator.columns``, from the root tables' DDL and the jobs' queries); the
-    newest ``timeline`` barriers with how many tables committed each; open leases; and this
+    newest ``timeline`` barriers with how many tables committed each (of those that commit it: a
+    strided table only its multiples); open leases; and this
     worker's recent command rejections. Delays and staleness count the barriers announced since
     ``since_ms`` (the worker's start: a pipeline stopped for an hour before is not this run's)."""
     report = delays(state, now_ms, liveness_ms, since_ms=since_ms)
@@ -107,6 +118,7 @@ def overview(state: MetaState, now_ms: int, liveness_ms: int, rejections: list[d
             for job_id, job in shape["jobs"].items()}
     newest = sorted(state.barriers)[-timeline:]
     committed = {b: sum(1 for t in catalog if b in points[t]) for b in newest}
+    due = {b: sum(1 for t in catalog if commits_at(state, t, b)) for b in newest}  # a strided table: its multiples
     return {
         "now_ms": now_ms,
         "tables": tables,
@@ -116,7 +128,7 @@ def overview(state: MetaState, now_ms: int, liveness_ms: int, rejections: list[d
         "columns": column_sources(
             tuple((n, ddl_columns(t.schema)) for n, t in sorted(state.tables.items()) if t.schema),
             tuple(sorted((j.sink, j.sql) for j in state.active_jobs() if j.sql))),
-        "barriers": [{"barrier": b, "ts_ms": state.barriers[b].ts_ms, "committed": committed[b], "of": len(catalog)}
+        "barriers": [{"barrier": b, "ts_ms": state.barriers[b].ts_ms, "committed": committed[b], "of": due[b]}
                      for b in newest],
         "leases": [{k: v for k, v in to_record(lease).items() if k != "secret_digest"}  # the page needs no proof
                    for _, lease in sorted(state.leases.items())],

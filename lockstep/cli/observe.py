@@ -58,8 +58,9 @@ def topology(settings: Settings, fmt: str) -> None:
 @click.pass_obj
 def status(settings: Settings, fmt: str) -> None:
     """The pipeline at a glance, from the running coordinator: each table's writer and its status,
-    generation, newest exact point and lag in barriers, and where each root table started reading
-    its topics (its 'start' rule and the offsets that resolved to when it was declared)."""
+    generation, newest exact point and lag in barriers, which barriers it commits (a table far
+    slower than the rest commits every k-th one, and why), and where each root table started
+    reading its topics (its 'start' rule and the offsets that resolved to when it was declared)."""
     shape, delays_now = get_json(settings, "/topology"), get_json(settings, "/delays")
     rows = []
     for name, t in shape["tables"].items():
@@ -69,17 +70,23 @@ def status(settings: Settings, fmt: str) -> None:
         rows.append({"table": name, "kind": t["kind"], "table_id": t.get("table_id", ""), "writer": writer,
                      "status": shape["jobs"][writer]["status"] if writer in shape["jobs"] else None,
                      "generation": t["generation"], "latest_exact_barrier": figures.get("latest_exact_barrier"),
-                     "lag_barriers": figures.get("lag_barriers"), "start": t.get("start"),
+                     "lag_barriers": figures.get("lag_barriers"), "stride": t.get("stride"), "start": t.get("start"),
                      "started_at": describe(t["start"], offsets) if "start" in t else None})
     if fmt == "json":
         echo_json({"tables": rows, "pending": shape.get("pending", [])})
         return
-    table = Table("table", "kind", "writer", "status", "generation", "newest exact barrier", "lag")
+    table = Table("table", "kind", "writer", "status", "generation", "newest exact barrier", "lag", "commits")
     for row in rows:
-        lag = row["lag_barriers"]
+        lag, stride = row["lag_barriers"], row["stride"]
         table.add_row(row["table"], row["kind"], row["writer"] or "-", row["status"] or "-", str(row["generation"]),
-                      str(row["latest_exact_barrier"] or "-"), "-" if lag is None else str(lag))
+                      str(row["latest_exact_barrier"] or "-"), "-" if lag is None else str(lag),
+                      "every barrier" if stride is None else f"every {stride['every']} barriers")
     Console().print(table)
+    for row in rows:
+        if (stride := row["stride"]) is not None:
+            click.echo(f"{row['table']} commits every {stride['every']} barriers: its commit takes "
+                       f"{stride['cost_ms'] / 1000:.1f} s, {stride['cost_ms'] / stride['reference_ms']:.1f}x the "
+                       f"{stride['reference_ms'] / 1000:.1f} s the clock keeps without it (LOCKSTEP_BARRIER_STRIDE_AFTER)")
     for row in rows:
         if row["started_at"] is not None:
             click.echo(f"{row['table']} started reading at {row['started_at']}")

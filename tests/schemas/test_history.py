@@ -20,7 +20,7 @@ from coordinator.domain.events import EVENT_TYPES
 FINGERPRINT_HISTORY: dict[str, list[str]] = {
     "AbandonTable": ["2a30500a09193d83"],
     "AcquireLease": ["eb2e51863e2b18b7", "2e89e642dbeadf89"],
-    "BarrierAnnounced": ["c7df0fb0e77eb945"],
+    "BarrierAnnounced": ["c7df0fb0e77eb945", "390e814b3ce22485"],
     "BarrierCompleted": ["6aa223855f8bf9c5", "c2f5d6dad2649e01", "19b27cfc453f540c"],
     "CommandOutcome": ["22c00cfc68220b86"],
     "DeclareTable": ["af759312e48266a8", "677a03fa335dec4c", "4c2e9cadfbf8b893"],

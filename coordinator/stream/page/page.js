@@ -85,7 +85,8 @@ function drawGraph(data) {
       g.appendChild(text("rect", { width: W, height: H }));
       g.appendChild(text("text", { x: 10, y: 20 }, name + (name === bottleneckSink ? "  ⚠ bottleneck" : "")));
       g.appendChild(text("text", { x: 10, y: 38, class: "detail freshness" },
-        `fresh ${fmt(t.freshness_ms)} · lag ${t.lag_barriers ?? "–"} · E2E ${fmt(t.e2e_last_ms)}`));
+        `fresh ${fmt(t.freshness_ms)} · lag ${t.lag_barriers ?? "–"} · E2E ${fmt(t.e2e_last_ms)}` +
+        (t.stride ? ` · every ${t.stride.every}` : "")));
     }
     svg.appendChild(g);
   }
@@ -97,10 +98,17 @@ function drawTables(data) {
     const writer = writerOf(data, name);
     const status = writer ? writer[1].status : "–";
     const job = writer ? writer[0] + (writer[1].fused_with ? ` (fused with ${writer[1].fused_with})` : "") : "–";
-    return cells(name, [[name], [t.kind], [job], [status, `status-${status}`],
+    const s = t.stride;
+    const tr = cells(name, [[name], [t.kind], [job], [status, `status-${status}`],
       [fmt(t.freshness_ms), "num freshness"], [fmt(t.staleness_p50_ms), "num"],
       [`${fmt(t.e2e_last_ms)} / ${fmt(t.e2e_p50_ms)}`, "num"], [String(t.lag_barriers ?? "–"), "num"],
+      [s ? `every ${s.every} barriers` : "every barrier", s ? "stride strided" : "stride"],
       [String(t.dead_letters), "num"]]);
+    if (s) { // why: a table far slower than the rest commits at a stride, so it does not hold back the others
+      tr.querySelector("td.stride").title = `its commit takes ${fmt(s.cost_ms)}, ` +
+        `${(s.cost_ms / s.reference_ms).toFixed(1)}x the ${fmt(s.reference_ms)} the clock keeps without it`;
+    }
+    return tr;
   });
   $("#tables tbody").replaceChildren(...rows);
   const lineage = [];

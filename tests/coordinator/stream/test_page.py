@@ -71,7 +71,7 @@ def check_page(settings: Settings, topic: str, kafka_bootstrap: str, make_browse
     # per table: a freshness in seconds, and the dead letter counted
     wait.until(lambda b: re.fullmatch(r"\d+\.\d s", (texts("#tables tr[data-table='per_user'] td.freshness") or [""])[0]))
     cells = texts("#tables tr[data-table='clicks'] td")
-    assert cells[0] == "clicks" and cells[3] == "RUNNING" and cells[-1] == "1", cells
+    assert cells[0] == "clicks" and cells[3] == "RUNNING" and cells[-2] == "every barrier" and cells[-1] == "1", cells
     per_user = texts("#tables tr[data-table='per_user'] td")
     assert per_user[2] == "maintain_per_user (fused with ingest_clicks)", per_user  # its job runs on clicks' commits
     # column lineage, from the SQL the worker holds

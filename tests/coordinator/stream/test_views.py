@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.domain import AcquireLease, BarrierAnnounced, BarrierCompleted, DeclareTable, MetaState, RegisterJob
+from coordinator.domain import (
+    AcquireLease,
+    BarrierAnnounced,
+    BarrierCompleted,
+    DeclareTable,
+    MetaState,
+    RegisterJob,
+    TableStride,
+)
 from coordinator.stream import views
 from coordinator.stream.metrics import FoldMetrics, exposition
 from tests.support import metric_samples
@@ -85,6 +93,18 @@ def test_the_pages_overview_has_freshness_dead_letters_timeline_leases_and_rejec
     assert page["columns"] == {}  # the shopping topology of these tests has no queries
     assert shopping["e2e_p50_ms"] == 300  # barriers 1 (300 ms) and 2 (450 ms)
     assert views.overview(state, 2_500, 30_000, [], since_ms=1_500)["tables"]["shopping"]["e2e_p50_ms"] == 450
+
+
+def test_a_strided_table_shows_its_stride_and_why_and_is_due_only_at_its_multiples(
+    make_state: Callable[..., MetaState],
+) -> None:
+    every2 = (TableStride("user_item_price", 2, 4_500, 1_000),)
+    state = make_state(BarrierAnnounced(1, 1_000), BarrierAnnounced(2, 2_000, strides=every2),
+                       BarrierAnnounced(3, 3_000, strides=every2), shopping_topology=True)
+    tables = views.topology(state, 3_000, 30_000)["tables"]
+    assert tables["user_item_price"]["stride"] == {"every": 2, "cost_ms": 4_500, "reference_ms": 1_000}
+    assert tables["shopping"]["stride"] is None
+    assert [b["of"] for b in views.overview(state, 3_000, 30_000, [])["barriers"]] == [3, 3, 2]
 
 
 def test_the_overview_traces_columns_from_the_root_tables_ddl_and_the_jobs_queries(

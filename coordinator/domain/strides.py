@@ -1,0 +1,113 @@
+"""Strides: a table far slower than the rest commits every k-th barrier, so it does not age every read.
+
+The clock paces barriers to its slowest live job (``pacing``): one table much slower than the
+others (a large join among small aggregates) would stretch every barrier, and so every read, to
+its pace. Instead the leader names such a table in the barriers it announces, with a stride k
+(``TableStride``): the table commits only barriers that are multiples of k (``work``: the job
+folds the barriers between into the next multiple, as a lagging job folds its), and neither it
+nor the tables that read it pace or hold back the clock (``paced_jobs``). A read that joins it
+finds an exact point every k barriers; a read of the other tables finds one every barrier.
+
+The slowest table is strided when the median cost of its commits (started -> committed) is
+more than ``stride_after`` times the reference: the configured interval, or the cost of the
+slowest other job if that is longer (the pace the clock would keep without it); then the next
+slowest is weighed the same way, and so on, but never the last (a table alone has nothing to
+keep up with). So tables of like cost (siblings over one root) are
+never strided, however slow they all are: only an outlier is. k is the smallest divisor of the
+catch-up stride that covers the ratio (strided tables and lagging jobs then meet at its
+multiples, and a read joining several strided tables finds common points); the stride is lifted
+once the ratio falls below half of ``stride_after``.
+
+Example::
+
+    >>> from coordinator.domain import BarrierAnnounced, BarrierCompleted, JobState, TableState, fold_all
+    >>> facts = [TableState("r", "root"), TableState("slow", "derived"), JobState("ingest", "r", external_topics=("x",)),
+    ...          JobState("big", "slow", sources=("r",))] + [BarrierAnnounced(b, b * 1000) for b in range(1, 6)]
+    >>> facts += [BarrierCompleted("ingest", "r", b, 0, b, started_at_ms=b * 1000, committed_at_ms=b * 1000 + 100)
+    ...           for b in range(1, 6)]
+    >>> facts += [BarrierCompleted("big", "slow", b, 0, b, started_at_ms=b * 1000, committed_at_ms=b * 1000 + 4500)
+    ...           for b in range(1, 6)]
+    >>> state = fold_all(facts)
+    >>> choose_strides(state, list(state.jobs.values()), stride_after=3, catchup_stride=10, interval_ms=1000)
+    (TableStride(table='slow', every=5, cost_ms=4500, reference_ms=1000),)
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from coordinator.domain.events import JobState, TableStride
+from coordinator.domain.pacing import WINDOW, pace_sample
+from coordinator.domain.state import MetaState
+
+MIN_SAMPLES = 3  # commits a table's cost is measured over before it is strided
+
+
+def strides_at(state: MetaState, barrier: int) -> dict[str, TableStride]:
+    """The strides announced with ``barrier`` (none if it is not known)."""
+    announced = state.barriers.get(barrier)
+    return {} if announced is None else {s.table: s for s in announced.strides}
+
+
+def stride_of(state: MetaState, table: str, barrier: int) -> int:
+    """Every how many barriers ``table`` commits at ``barrier`` (1: every one)."""
+    stride = strides_at(state, barrier).get(table)
+    return 1 if stride is None else stride.every
+
+
+def commits_at(state: MetaState, table: str, barrier: int) -> bool:
+    """Whether ``table`` commits ``barrier``: it is a multiple of the table's stride there."""
+    return barrier % stride_of(state, table, barrier) == 0
+
+
+def paced_jobs(state: MetaState, live: Sequence[JobState]) -> list[JobState]:
+    """``live`` without the jobs of strided tables (as of the newest barrier) and the jobs that
+    read them, at any depth: these follow at the strided tables' multiples and hold nothing back."""
+    strided = set(strides_at(state, state.last_barrier()))
+    if not strided:
+        return list(live)
+    writers = {j.sink: j for j in live}
+    held: dict[str, bool] = {}
+
+    def follows(job: JobState) -> bool:
+        if job.job_id not in held:
+            held[job.job_id] = False  # the job graph has no cycles; this guards a malformed one
+            held[job.job_id] = job.sink in strided or any(
+                follows(writers[s]) for s in job.sources if s in writers) or bool(strided & set(job.sources))
+        return held[job.job_id]
+
+    return [j for j in live if not follows(j)]
+
+
+def commit_costs(state: MetaState, job: JobState, last: int, every: int) -> list[int]:
+    """The costs (ms, started -> committed) of ``job``'s commits among the last ``WINDOW`` of
+    its commit points up to ``last`` (``every``: its stride now)."""
+    span = range(last, max(0, last - WINDOW * every), -1)
+    return [sample[0] for b in span if (sample := pace_sample(state, job, b)) is not None]
+
+
+def choose_strides(state: MetaState, live: Sequence[JobState], stride_after: int, catchup_stride: int,
+                   interval_ms: int) -> tuple[TableStride, ...]:
+    """The strides of the next barrier (see the module); ``stride_after`` 0: none."""
+    if stride_after <= 0 or catchup_stride < 2:
+        return ()
+    last = state.last_barrier()
+    now = strides_at(state, last)
+    costs: dict[str, float] = {}
+    for job in live:
+        stride = now.get(job.sink)
+        samples = commit_costs(state, job, last, stride.every if stride is not None else 1)
+        if len(samples) >= (1 if stride is not None else MIN_SAMPLES):
+            costs[job.sink] = statistics.median(samples)
+    divisors = [d for d in range(2, catchup_stride + 1) if catchup_stride % d == 0]
+    slowest_first = sorted(costs.items(), key=lambda item: (-item[1], item[0]))
+    out = []
+    for (table, cost), (_, next_cost) in zip(slowest_first, slowest_first[1:], strict=False):  # never the last
+        reference = max(float(interval_ms), next_cost, 1.0)
+        ratio = cost / reference
+        if not (ratio > stride_after or (table in now and ratio >= stride_after / 2)):
+            break
+        every = next((d for d in divisors if d >= ratio), catchup_stride)
+        out.append(TableStride(table, every, round(cost), round(reference)))
+    return tuple(sorted(out, key=lambda s: s.table))
