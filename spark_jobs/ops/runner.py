@@ -27,6 +27,7 @@ from coordinator.client.topics import Topics
 from coordinator.domain import DeregisterJob, JobState
 from coordinator.domain.events import END_STATUSES, JobStatus
 from coordinator.domain.state import MetaState
+from coordinator.domain.strides import commits_at
 from coordinator.domain.work import BarrierWork, ready_barrier
 from coordinator.settings import Settings
 from spark_jobs.ops.ctas_cleanup import CtasCleanup
@@ -60,12 +61,15 @@ PROGRESS_EVERY_S = 5.0
 
 def barriers_behind(state: MetaState, job_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
     """job id -> (the newest barrier its table holds, or where the job started; how many barriers
-    were announced after it)."""
+    were announced after it, up to the newest its table commits: a strided table is not behind
+    for the barriers it folds into its next multiple)."""
     last, out = state.last_barrier(), {}
     for job_id in job_ids:
         if (job := state.jobs.get(job_id)) is not None:
-            done = state.done_through(job)
-            out[job_id] = (done, max(0, last - done))
+            done, due = state.done_through(job), last
+            while due > done and not commits_at(state, job.sink, due):
+                due -= 1
+            out[job_id] = (done, max(0, due - done))
     return out
 
 

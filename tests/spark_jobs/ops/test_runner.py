@@ -184,3 +184,18 @@ def test_the_watchdog_restarts_a_job_whose_spark_action_hangs(
     assert stuck() == stuck_before + 1
     events = at(spark, settings, "events", state.exact_points("events")[b]).collect()
     assert sorted(r["v"] for r in events) == [1] * 10  # the barrier the hang held up is in, once
+
+
+def test_a_strided_table_is_not_reported_behind_for_the_barriers_it_folds() -> None:
+    from coordinator.domain import BarrierAnnounced, BarrierCompleted, JobState, TableState, TableStride, fold_all
+    from spark_jobs.ops.runner import barriers_behind
+
+    every10 = (TableStride("slow", 10, 9_000, 1_000),)
+    state = fold_all([TableState("events", "root"), TableState("slow", "derived"),
+                      JobState("ingest", "events", external_topics=("x",)), JobState("big", "slow", sources=("events",)),
+                      *[BarrierAnnounced(b, b, strides=every10) for b in range(1, 20)],
+                      *[BarrierCompleted("ingest", "events", b, 0, b) for b in range(1, 20)],
+                      BarrierCompleted("big", "slow", 10, 0, 1)])
+    assert barriers_behind(state, ["ingest", "big"]) == {"ingest": (19, 0), "big": (10, 0)}
+    unstrided = fold_all([BarrierAnnounced(19, 19)], state)  # the newest barrier strides nothing
+    assert barriers_behind(unstrided, ["big"]) == {"big": (10, 9)}
