@@ -96,7 +96,8 @@ class Pacer:
                                                         self.config))
 
     def paces(self) -> dict[str, JobPace]:
-        """Per live job, what a barrier costs it as of the last plan (the slowest one paces the clock)."""
+        """Per paced live job (not strided, ``strides``), what a barrier costs it as of the last plan
+        (the slowest one paces the clock)."""
         return {job_id: plan.pace for job_id, plan in self._plans.items()}
 
     def _inflight(self) -> int:

@@ -7,12 +7,21 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.domain import BarrierAnnounced, BarrierCompleted, JobState, MetaState, TableState, fold_all
+from coordinator.domain import (
+    BarrierAnnounced,
+    BarrierCompleted,
+    JobState,
+    MetaState,
+    TableState,
+    TableStride,
+    fold_all,
+)
 from coordinator.domain.barriers import BarrierConfig, next_due, plan_barrier
 from coordinator.domain.events import GenerationStart, JobStatus
 from coordinator.domain.pacer import Pacer
 from coordinator.domain.pacing import JobPace, committed_through, due_at, job_pace
 from coordinator.domain.pruning import prunable
+from coordinator.domain.strides import paced_jobs
 
 ROOT = JobState("root", "events", external_topics=("x",))
 AGG = JobState("agg", "totals", sources=("events",))
@@ -82,7 +91,7 @@ def test_next_due_holds_back_while_more_than_max_inflight_barriers_are_incomplet
 def test_the_leaders_pacer_never_changes_a_plan(seed: int) -> None:
     """Replanning what changed with the ``Pacer`` the leader keeps gives what planning from
     scratch gives, fact by fact and at ticks in between, through commits out of step, revisions
-    that recompute old barriers, pruning, renewals, and jobs that stop or fall silent."""
+    that recompute old barriers, pruning, renewals, jobs that stop or fall silent, and strides."""
     rng = random.Random(seed)
     tables = {"events": None, "totals": "events", "top": "totals", "other": None}
     jobs = {t: JobState(f"j_{t}", t, sources=(s,) if s else (), external_topics=() if s else ("x",))
@@ -98,7 +107,9 @@ def test_the_leaders_pacer_never_changes_a_plan(seed: int) -> None:
         roll = rng.random()
         last = state.last_barrier()
         if roll < 0.25:
-            facts: list[object] = [BarrierAnnounced(last + 1, now)]
+            # now and then a barrier strides a table (and so its readers) or lifts it
+            strides = rng.choice([(), (), (TableStride("totals", 2, 0, 0),), (TableStride("other", 5, 0, 0),)])
+            facts: list[object] = [BarrierAnnounced(last + 1, now, strides=strides)]
         elif roll < 0.85:
             ready = [t for t, s in tables.items() if done[t] < (done[s] if s else last)]
             if not ready:
@@ -131,7 +142,8 @@ def test_the_leaders_pacer_never_changes_a_plan(seed: int) -> None:
             assert pacer.plan_barrier(state, tick, []) == plan_barrier(state, tick, [], config)
             last = state.last_barrier()
             assert pacer.paces() == {j.job_id: job_pace(state, j, committed_through(state, j, last) or last)
-                                     for j in state.live_jobs(tick, config.liveness_ms)}, f"step {step}: {facts}"
+                                     for j in paced_jobs(state, state.live_jobs(tick, config.liveness_ms))}, \
+                f"step {step}: {facts}"
 
 
 def test_a_job_two_hops_below_a_silent_root_does_not_pace_the_clock() -> None:
