@@ -18,10 +18,16 @@ Printed: staleness percentiles after ``--warmup`` and their trend (does it grow?
 second, anomalies, the ratio Lockstep / plain, CPU used per process, and for Lockstep the
 per-barrier cost of every job (waiting, planning, Spark, commit, publish).
 
+With ``--slow-table S`` Lockstep's pipeline also has a table over the root that the read does
+not join and that waits ``S`` seconds in every barrier (a large join, say); ``--stride-after
+3,0`` runs it once per value of ``LOCKSTEP_BARRIER_STRIDE_AFTER`` (0: strides off, the baseline)
+and compares the reads' staleness: does one slow table age the reads of the others?
+
 Usage::
 
     python -m bench.freshness                         # both topologies, both systems, 10,000/s
     python -m bench.freshness --topology counts --seconds 600 --system lockstep   # keeps up?
+    python -m bench.freshness --topology counts --system lockstep --slow-table 5 --stride-after 3,0
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.freshness_report import compare_siblings, job_costs, report
+from bench.freshness_report import compare_siblings, compare_strides, job_costs, report
 from bench.results import Figures, add_json_flag
 from bench.stack import Pid, Processes, stack, wait_created, wait_tables
 from bench.topologies import TOPOLOGIES, Topology, anomalies, record_maker, with_siblings
@@ -187,7 +193,18 @@ def child_read(topology: Topology, system: str, until: float, out: Path, nice: i
 # -- the run ----------------------------------------------------------------------------------------
 
 
-def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dict[str, Any]:
+SLOW_TABLE = "slow_extra"
+
+
+def slow_table(topology: Topology, seconds: float) -> str:
+    """A Python pipeline file: a table over the root that waits ``seconds`` in every barrier."""
+    return (f"import time\n\nfrom spark_jobs.api import pipelines as dp\n\n\n@dp.materialized_view(name={SLOW_TABLE!r})\n"
+            f"def slow({topology.root}):\n    time.sleep({seconds!r})  # a table far slower than the rest\n"
+            f"    return {topology.root}.groupBy().count()\n")
+
+
+def run_system(topology: Topology, system: str, args: argparse.Namespace,
+               extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     from coordinator.settings import Settings
     from spark_jobs.demo.datagen import ensure_topic
 
@@ -197,7 +214,7 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
             cleanup.callback(shutil.rmtree, tmp, True)
         else:
             print(f"  {system}: logs and data in {tmp}", flush=True)
-        env, (broker, worker) = cleanup.enter_context(stack(tmp, system, args.barrier_interval_ms))
+        env, (broker, worker) = cleanup.enter_context(stack(tmp, system, args.barrier_interval_ms, extra_env))
         settings = Settings.from_env(env)
         ensure_topic(settings, topology.topic, partitions=2)
         procs = Processes()
@@ -209,12 +226,16 @@ def run_system(topology: Topology, system: str, args: argparse.Namespace) -> dic
         pipeline.write_text(topology.pipeline())
         started = time.time()
         if system == "lockstep":
-            run = [py, "-m", "lockstep", "run", str(pipeline), *args.run_args]
-            jobs = [None] if args.lockstep_layout == "one" else [topology.root, *topology.aggregates]
+            files, tables = [str(pipeline)], list(topology.aggregates)
+            if args.slow_table:
+                (tmp / "slow.py").write_text(slow_table(topology, args.slow_table))
+                files, tables = [*files, str(tmp / "slow.py")], [*tables, SLOW_TABLE]
+            run = [py, "-m", "lockstep", "run", *files, *args.run_args]
+            jobs = [None] if args.lockstep_layout == "one" else [topology.root, *tables]
             for job in jobs:
                 name = "jobs" if job is None else f"jobs:{job}"
                 procs.start(name, run + ([] if job is None else ["--job", job]), env, tmp / f"{name}.log")
-            ready = wait_created(env, list(topology.aggregates), procs, tmp / f"{name}.log")
+            ready = wait_created(env, tables, procs, tmp / f"{name}.log")
         else:
             jobs = [None] if args.plain_layout == "one" else [topology.root, *topology.aggregates]
             for job in jobs:
@@ -304,6 +325,12 @@ def main() -> None:
     parser.add_argument("--siblings", default="",
                         help="counts only: this many aggregates over the root (default 2, as defined); several, "
                              "comma-separated (1,3,10), run one after another and are compared with the first")
+    parser.add_argument("--slow-table", type=float, default=0.0,
+                        help="Lockstep only: add a table over the root, not read, that waits this many seconds in "
+                             "every barrier (default 0: none)")
+    parser.add_argument("--stride-after", default="",
+                        help="Lockstep only: run once per LOCKSTEP_BARRIER_STRIDE_AFTER value, comma-separated (3,0: "
+                             "strides as by default, then off), compared with the last one")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (logs, tables) for a look")
     parser.add_argument("--run-arg", dest="run_args", action="append", default=[], help="extra `lockstep run` argument")
     add_json_flag(parser)
@@ -314,6 +341,12 @@ def main() -> None:
         except ValueError:
             parser.error(f"--siblings {args.siblings!r}: give a count, or counts separated by commas (1,3,10)")
         args.siblings = bool(args.sibling_counts)
+        try:
+            args.stride_values = [int(n) for n in str(args.stride_after).split(",") if n.strip()]
+        except ValueError:
+            parser.error(f"--stride-after {args.stride_after!r}: give whole numbers separated by commas (3,0)")
+        if (args.slow_table or args.stride_values) and args.system != "lockstep":
+            parser.error("--slow-table and --stride-after measure Lockstep alone: add --system lockstep")
     if args.command == "child-generate":
         return child_generate(TOPOLOGIES[args.topology], args.rate)
     if args.command == "child-plain":
@@ -326,14 +359,22 @@ def main() -> None:
     systems = ["lockstep", "plain"] if args.system == "both" else [args.system]
     figures = Figures("freshness", args)
     grown: list[dict[str, Any]] = []
+    strided: list[tuple[int, dict[str, Any]]] = []
     try:
         for topology in topologies:
+            if args.stride_values:
+                for value in args.stride_values:
+                    print(f"{topology.name}: running lockstep, LOCKSTEP_BARRIER_STRIDE_AFTER={value} ...", flush=True)
+                    result = run_system(topology, "lockstep", args, {"LOCKSTEP_BARRIER_STRIDE_AFTER": str(value)})
+                    strided.append((value, report(topology, {"lockstep": result}, args, figures)))
+                continue
             results = {}
             for system in systems:
                 print(f"{topology.name}: running {system} ...", flush=True)
                 results[system] = run_system(topology, system, args)
             grown.append(report(topology, results, args, figures))
         compare_siblings(grown, figures)
+        compare_strides(strided, figures)
     finally:  # a topology that failed after one was reported: keep that one's figures
         if figures.figures:
             figures.write()

@@ -176,3 +176,22 @@ def compare_siblings(runs: list[dict[str, Any]], figures: Figures) -> None:
         if p50 is not None:
             figures.add("staleness p50 as aggregates grow", p50, "s", baseline=b50, ratio=ratio,
                         aggregates=run["aggregates"], system="lockstep")
+
+
+def compare_strides(runs: list[tuple[int, dict[str, Any]]], figures: Figures) -> None:
+    """The reads' staleness per ``LOCKSTEP_BARRIER_STRIDE_AFTER`` value, each next to the last
+    run's (strides off, measured in the same invocation) as a ratio."""
+    if len(runs) < 2:
+        return
+    base_value, base = runs[-1]
+    print(f"\n== a slow table beside the read (ratios to LOCKSTEP_BARRIER_STRIDE_AFTER={base_value}, measured in this run)")
+    print(f"{'stride after':>12s} {'stale p50':>9s} {'ratio':>6s} {'p90':>6s} {'barrier interval':>16s}")
+    fmt = lambda v, f="{:.2f}": "-" if v is None else f.format(v)  # noqa: E731
+    for value, run in runs:
+        p50, b50 = run.get("stale p50"), base.get("stale p50")
+        ratio = p50 / b50 if p50 and b50 else None
+        print(f"{value:>12d} {fmt(p50):>9s} {fmt(ratio):>6s} {fmt(run.get('stale p90')):>6s} "
+              f"{fmt(run.get('interval_ms'), '{:.0f} ms'):>16s}")
+        if p50 is not None:
+            figures.add("staleness p50 beside a slow table", p50, "s", baseline=b50, ratio=ratio, stride_after=value,
+                        system="lockstep")
