@@ -10,25 +10,26 @@ finds an exact point every k barriers; a read of the other tables finds one ever
 
 The slowest table is strided when the median cost of its commits (started -> committed) is
 more than ``stride_after`` times the reference: the configured interval, or the cost of the
-slowest other job if that is longer (the pace the clock would keep without it); then the next
-slowest is weighed the same way, and so on, but never the last (a table alone has nothing to
-keep up with). So tables of like cost (siblings over one root) are
-never strided, however slow they all are: only an outlier is. k is the smallest divisor of the
-catch-up stride that covers the ratio (strided tables and lagging jobs then meet at its
-multiples, and a read joining several strided tables finds common points); the stride is lifted
-once the ratio falls below half of ``stride_after``.
+slowest table beside it if that is longer (neither upstream nor downstream of it: the tables
+whose reads it would otherwise hold back); then the next slowest is weighed the same way. A
+table with nothing beside it (an aggregate over its root alone) is never strided, nor are
+tables of like cost (siblings over one root), however slow they all are: only an outlier is.
+k is the smallest divisor of the catch-up stride that covers the ratio (strided tables and
+lagging jobs then meet at its multiples, and a read joining several strided tables finds common
+points); the stride is lifted once the ratio falls below half of ``stride_after``.
 
 Example::
 
     >>> from coordinator.domain import BarrierAnnounced, BarrierCompleted, JobState, TableState, fold_all
-    >>> facts = [TableState("r", "root"), TableState("slow", "derived"), JobState("ingest", "r", external_topics=("x",)),
-    ...          JobState("big", "slow", sources=("r",))] + [BarrierAnnounced(b, b * 1000) for b in range(1, 6)]
-    >>> facts += [BarrierCompleted("ingest", "r", b, 0, b, started_at_ms=b * 1000, committed_at_ms=b * 1000 + 100)
-    ...           for b in range(1, 6)]
-    >>> facts += [BarrierCompleted("big", "slow", b, 0, b, started_at_ms=b * 1000, committed_at_ms=b * 1000 + 4500)
-    ...           for b in range(1, 6)]
+    >>> jobs = [JobState("ingest", "r", external_topics=("x",)), JobState("big", "slow", sources=("r",)),
+    ...         JobState("agg", "fast", sources=("r",))]
+    >>> facts = [TableState("r", "root"), TableState("slow", "derived"), TableState("fast", "derived"), *jobs]
+    >>> for b in range(1, 6):
+    ...     facts += [BarrierAnnounced(b, b * 1000)] + [
+    ...         BarrierCompleted(j, t, b, 0, b, started_at_ms=b * 1000, committed_at_ms=b * 1000 + ms)
+    ...         for j, t, ms in (("ingest", "r", 100), ("big", "slow", 4500), ("agg", "fast", 300))]
     >>> state = fold_all(facts)
-    >>> choose_strides(state, list(state.jobs.values()), stride_after=3, catchup_stride=10, interval_ms=1000)
+    >>> choose_strides(state, jobs, stride_after=3, catchup_stride=10, interval_ms=1000)
     (TableStride(table='slow', every=5, cost_ms=4500, reference_ms=1000),)
 """
 
@@ -81,10 +82,29 @@ def paced_jobs(state: MetaState, live: Sequence[JobState]) -> list[JobState]:
 
 
 def commit_costs(state: MetaState, job: JobState, last: int, every: int) -> list[int]:
-    """The costs (ms, started -> committed) of ``job``'s commits among the last ``WINDOW`` of
-    its commit points up to ``last`` (``every``: its stride now)."""
+    """The costs (ms, started -> committed) of ``job``'s commits that took time among the last
+    ``WINDOW`` of its commit points up to ``last`` (``every``: its stride now); a barrier folded
+    into a batch's commit took none of its own."""
     span = range(last, max(0, last - WINDOW * every), -1)
-    return [sample[0] for b in span if (sample := pace_sample(state, job, b)) is not None]
+    return [sample[0] for b in span if (sample := pace_sample(state, job, b)) is not None and sample[0] > 0]
+
+
+def relatives(live: Sequence[JobState]) -> dict[str, set[str]]:
+    """Table -> the tables upstream or downstream of it (at any depth) among ``live`` jobs' tables."""
+    up: dict[str, set[str]] = {j.sink: set(j.sources) for j in live}
+
+    def ancestors(table: str, seen: set[str]) -> set[str]:
+        for source in up.get(table, ()):
+            if source not in seen:
+                seen.add(source)
+                ancestors(source, seen)
+        return seen
+
+    lineage = {t: ancestors(t, set()) for t in up}
+    for table, above in list(lineage.items()):
+        for source in above:
+            lineage.setdefault(source, set()).add(table)
+    return lineage
 
 
 def choose_strides(state: MetaState, live: Sequence[JobState], stride_after: int, catchup_stride: int,
@@ -101,10 +121,16 @@ def choose_strides(state: MetaState, live: Sequence[JobState], stride_after: int
         if len(samples) >= (1 if stride is not None else MIN_SAMPLES):
             costs[job.sink] = statistics.median(samples)
     divisors = [d for d in range(2, catchup_stride + 1) if catchup_stride % d == 0]
-    slowest_first = sorted(costs.items(), key=lambda item: (-item[1], item[0]))
-    out = []
-    for (table, cost), (_, next_cost) in zip(slowest_first, slowest_first[1:], strict=False):  # never the last
-        reference = max(float(interval_ms), next_cost, 1.0)
+    related = relatives(live)
+    out: list[TableStride] = []
+    for table, cost in sorted(costs.items(), key=lambda item: (-item[1], item[0])):
+        # what it would keep up with: tables neither above nor below it, not strided (a table
+        # with none, such as an aggregate over its root alone, holds no other read back)
+        beside = [c for t, c in costs.items() if t != table and t not in related.get(table, ())
+                  and t not in {s.table for s in out}]
+        if not beside:
+            continue
+        reference = max(float(interval_ms), max(beside), 1.0)
         ratio = cost / reference
         if not (ratio > stride_after or (table in now and ratio >= stride_after / 2)):
             break

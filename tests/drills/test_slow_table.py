@@ -34,7 +34,7 @@ from spark_jobs.api import pipelines as dp
 
 @dp.materialized_view
 def sl_slow(sl_events):
-    time.sleep(4)  # a table far slower than the rest (a large join, say)
+    time.sleep(8)  # a table far slower than the rest (a large join, say)
     return sl_events.groupBy().count()
 '''
 
@@ -64,11 +64,14 @@ def test_a_table_far_slower_than_the_rest_commits_at_a_stride_and_the_rest_keep_
         def settled() -> tuple[list[int], list[int]] | None:
             records.send(20)
             state = read_state(settings)
-            slow = [b for b in state.exact_points("sl_slow") if b > first]
-            totals = [b for b in state.exact_points("sl_totals") if b > first]
-            return (slow, totals) if len(slow) >= 2 else None
+            slow = [b for b in state.exact_points("sl_slow") if b >= first]
+            between = [b for b in state.exact_points("sl_totals") if b >= first and b not in slow]
+            return (slow, between) if len(slow) >= 2 and between else None
 
-        slow, totals = wait_until(settled, "two strided commits of the slow table", timeout=180)
+        # (a machine so busy that the root falls a catch-up stride behind folds its barriers too: then
+        # the aggregate commits the barriers between later, once the root keeps up)
+        slow, between = wait_until(settled, "two strided commits of the slow table, and the aggregate's between",
+                                   timeout=180)
         status = stack.lockstep("status")
         state = read_state(settings)
         browser = make_browser()
@@ -78,11 +81,13 @@ def test_a_table_far_slower_than_the_rest_commits_at_a_stride_and_the_rest_keep_
             "return td && [td.textContent, td.title];"))
         beside = browser.execute_script(
             "return document.querySelector(\"#tables tr[data-table='sl_totals'] td.stride\").textContent")
-    # the slow table commits only multiples of its stride; the aggregate beside it every barrier between
-    strides = {b: {s.table: s.every for s in state.barriers[b].strides}.get("sl_slow", 1) for b in slow}
-    assert all(b % strides[b] == 0 for b in slow), (slow, strides)
-    skipped = [b for b in range(first, max(slow)) if b not in slow]
-    assert set(skipped) & set(totals), (skipped, totals)  # reads of sl_totals did not wait for sl_slow
+    # the slow table commits only multiples of its stride; the aggregate beside it the barriers between too
+    def stride(b: int) -> int:
+        return {s.table: s.every for s in state.barriers[b].strides}.get("sl_slow", 1)
+
+    assert all(stride(b) > 1 and b % stride(b) == 0 for b in slow), [(b, stride(b)) for b in slow]
+    skipped = [b for b in between if b % stride(b)]
+    assert skipped, between  # barriers sl_slow folded into its next multiple: reads of sl_totals had them
     # each of its exact points is its query over the root at that barrier
     points = state.exact_points
     for b in slow:
@@ -91,6 +96,6 @@ def test_a_table_far_slower_than_the_rest_commits_at_a_stride_and_the_rest_keep_
     assert status.returncode == 0, status.stderr
     line = re.search(r"sl_slow commits every (\d+) barriers: its commit takes ([\d.]+) s, ([\d.]+)x the", status.stdout)
     assert line is not None, status.stdout
-    assert int(line[1]) >= 2 and float(line[2]) >= 4 and float(line[3]) > 3, status.stdout
+    assert int(line[1]) >= 2 and float(line[2]) >= 8 and float(line[3]) >= 1.5, status.stdout  # 1.5: kept till half of 3
     assert re.fullmatch(r"every \d+ barriers", shown[0]) and "the clock keeps without it" in shown[1], shown
     assert beside == "every barrier"
