@@ -39,7 +39,7 @@ import statistics
 from collections.abc import Sequence
 
 from coordinator.domain.events import JobState, TableStride
-from coordinator.domain.pacing import WINDOW, pace_sample
+from coordinator.domain.pacing import WINDOW
 from coordinator.domain.state import MetaState
 
 MIN_SAMPLES = 3  # commits a table's cost is measured over before it is strided
@@ -85,8 +85,13 @@ def commit_costs(state: MetaState, job: JobState, last: int, every: int) -> list
     """The costs (ms, started -> committed) of ``job``'s commits that took time among the last
     ``WINDOW`` of its commit points up to ``last`` (``every``: its stride now); a barrier folded
     into a batch's commit took none of its own."""
-    span = range(last, max(0, last - WINDOW * every), -1)
-    return [sample[0] for b in span if (sample := pace_sample(state, job, b)) is not None and sample[0] > 0]
+    by_barrier = state.completions.get(job.sink, {})
+    out = []
+    for b in range(last, max(0, last - WINDOW * every), -1):
+        done = by_barrier.get(b)
+        if done is not None and done.started_at_ms and done.committed_at_ms > done.started_at_ms:  # a voided one took time too
+            out.append(done.committed_at_ms - done.started_at_ms)
+    return out
 
 
 def relatives(live: Sequence[JobState]) -> dict[str, set[str]]:
