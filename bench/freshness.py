@@ -336,15 +336,15 @@ def main() -> None:
     add_json_flag(parser)
     args = parser.parse_args()
     if args.command is None:
-        try:
-            args.sibling_counts = [int(n) for n in str(args.siblings).split(",") if n.strip()]
-        except ValueError:
-            parser.error(f"--siblings {args.siblings!r}: give a count, or counts separated by commas (1,3,10)")
+        def numbers(flag: str, text: str, example: str) -> list[int]:
+            try:
+                return [int(n) for n in text.split(",") if n.strip()]
+            except ValueError:
+                parser.error(f"--{flag} {text!r}: give a whole number, or several separated by commas ({example})")
+
+        args.sibling_counts = numbers("siblings", str(args.siblings), "1,3,10")
         args.siblings = bool(args.sibling_counts)
-        try:
-            args.stride_values = [int(n) for n in str(args.stride_after).split(",") if n.strip()]
-        except ValueError:
-            parser.error(f"--stride-after {args.stride_after!r}: give whole numbers separated by commas (3,0)")
+        args.stride_values = numbers("stride-after", str(args.stride_after), "3,0")
         if (args.slow_table or args.stride_values) and args.system != "lockstep":
             parser.error("--slow-table and --stride-after measure Lockstep alone: add --system lockstep")
     if args.command == "child-generate":
