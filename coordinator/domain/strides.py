@@ -38,7 +38,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from coordinator.domain.events import JobState, TableStride
+from coordinator.domain.events import JobState, JobStatus, TableStride
 from coordinator.domain.pacing import WINDOW
 from coordinator.domain.state import MetaState
 
@@ -119,6 +119,10 @@ def choose_strides(state: MetaState, live: Sequence[JobState], stride_after: int
         return ()
     last = state.last_barrier()
     now = strides_at(state, last)
+    # a strided job is silent between its commits, longer than the liveness window at a long
+    # stride: it keeps its stride while it runs, else it would lose it for being quiet
+    quiet = [j for j in state.active_jobs() if j.status == JobStatus.RUNNING and j.sink in now and j not in live]
+    live = [*live, *quiet]
     costs: dict[str, float] = {}
     for job in live:
         stride = now.get(job.sink)

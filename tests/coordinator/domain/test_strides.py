@@ -89,6 +89,13 @@ def test_a_stride_is_kept_above_half_the_threshold_and_lifted_below_it() -> None
     assert choose_strides(lifted, live(lifted), 3, 10, 1000) == ()
 
 
+def test_a_strided_job_quiet_past_the_liveness_window_keeps_its_stride() -> None:
+    strided = (TableStride("joined", 5, 4500, 1000),)
+    state = pipeline(5, big_cost=4500, strided=strided)
+    awake = [ROOT, SMALL, READER]  # big's last commit is long past: not live any more
+    assert choose_strides(state, awake, 3, 10, 1000) == (TableStride("joined", 5, 4500, 1000),)
+
+
 def test_a_strided_table_and_its_readers_neither_pace_nor_hold_back_the_clock() -> None:
     strided = (TableStride("joined", 5, 4500, 1000),)
     state = pipeline(5, big_cost=4500, strided=strided)
