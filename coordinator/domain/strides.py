@@ -62,23 +62,22 @@ def commits_at(state: MetaState, table: str, barrier: int) -> bool:
     return barrier % stride_of(state, table, barrier) == 0
 
 
+def commit_point(state: MetaState, table: str, barrier: int, floor: int = 0) -> int:
+    """The newest barrier at or before ``barrier`` (and above ``floor``, else ``floor``) that
+    ``table`` commits."""
+    while barrier > floor and not commits_at(state, table, barrier):
+        barrier -= 1
+    return max(barrier, floor)
+
+
 def paced_jobs(state: MetaState, live: Sequence[JobState]) -> list[JobState]:
     """``live`` without the jobs of strided tables (as of the newest barrier) and the jobs that
     read them, at any depth: these follow at the strided tables' multiples and hold nothing back."""
     strided = set(strides_at(state, state.last_barrier()))
     if not strided:
         return list(live)
-    writers = {j.sink: j for j in live}
-    held: dict[str, bool] = {}
-
-    def follows(job: JobState) -> bool:
-        if job.job_id not in held:
-            held[job.job_id] = False  # the job graph has no cycles; this guards a malformed one
-            held[job.job_id] = job.sink in strided or any(
-                follows(writers[s]) for s in job.sources if s in writers) or bool(strided & set(job.sources))
-        return held[job.job_id]
-
-    return [j for j in live if not follows(j)]
+    above = ancestors(live)
+    return [j for j in live if not ({j.sink} | above[j.sink]) & strided]
 
 
 def commit_costs(state: MetaState, job: JobState, last: int, every: int) -> list[int]:
@@ -94,18 +93,23 @@ def commit_costs(state: MetaState, job: JobState, last: int, every: int) -> list
     return out
 
 
-def relatives(live: Sequence[JobState]) -> dict[str, set[str]]:
-    """Table -> the tables upstream or downstream of it (at any depth) among ``live`` jobs' tables."""
+def ancestors(live: Sequence[JobState]) -> dict[str, set[str]]:
+    """Table of each ``live`` job -> the tables it reads, at any depth through live jobs' tables."""
     up: dict[str, set[str]] = {j.sink: set(j.sources) for j in live}
 
-    def ancestors(table: str, seen: set[str]) -> set[str]:
+    def walk(table: str, seen: set[str]) -> set[str]:
         for source in up.get(table, ()):
-            if source not in seen:
+            if source not in seen:  # (also what keeps a malformed graph with a cycle finite)
                 seen.add(source)
-                ancestors(source, seen)
+                walk(source, seen)
         return seen
 
-    lineage = {t: ancestors(t, set()) for t in up}
+    return {t: walk(t, set()) for t in up}
+
+
+def relatives(live: Sequence[JobState]) -> dict[str, set[str]]:
+    """Table -> the tables upstream or downstream of it (at any depth) among ``live`` jobs' tables."""
+    lineage = ancestors(live)
     for table, above in list(lineage.items()):
         for source in above:
             lineage.setdefault(source, set()).add(table)
@@ -135,8 +139,8 @@ def choose_strides(state: MetaState, live: Sequence[JobState], stride_after: int
     for table, cost in sorted(costs.items(), key=lambda item: (-item[1], item[0])):
         # what it would keep up with: tables neither above nor below it, not strided (a table
         # with none, such as an aggregate over its root alone, holds no other read back)
-        beside = [c for t, c in costs.items() if t != table and t not in related.get(table, ())
-                  and t not in {s.table for s in out}]
+        skip = {table, *related.get(table, ()), *(s.table for s in out)}
+        beside = [c for t, c in costs.items() if t not in skip]
         if not beside:
             continue
         reference = max(float(interval_ms), max(beside), 1.0)

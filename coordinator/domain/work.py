@@ -30,7 +30,7 @@ from coordinator.domain.errors import LockstepError
 from coordinator.domain.events import END_STATUSES, NO_PARTITIONS, JobState, OffsetRange
 from coordinator.domain.starts import EARLIEST_OFFSET, begin_offsets
 from coordinator.domain.state import MetaState
-from coordinator.domain.strides import commits_at
+from coordinator.domain.strides import commit_point, commits_at
 
 EARLIEST = EARLIEST_OFFSET  # an offset range's start when the partition is read from its first record
 EMPTY = -1  # restore_to's version for a revision from scratch (--full): no rows
@@ -83,9 +83,7 @@ def ready_barrier(state: MetaState, job: JobState) -> int:
     batch never ends on a barrier it folds into the next, so the next batch starts where this
     one's commit ended)."""
     ready = state.last_barrier() if job.external_topics else state.common_barrier(job.sources) or 0
-    while ready > 0 and not commits_at(state, job.sink, ready):
-        ready -= 1
-    return ready
+    return commit_point(state, job.sink, ready)
 
 
 def work_for(state: MetaState, job: JobState, start: int, end: int, stride: int = 10) -> list[BarrierWork]:

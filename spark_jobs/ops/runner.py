@@ -27,7 +27,7 @@ from coordinator.client.topics import Topics
 from coordinator.domain import DeregisterJob, JobState
 from coordinator.domain.events import END_STATUSES, JobStatus
 from coordinator.domain.state import MetaState
-from coordinator.domain.strides import commits_at
+from coordinator.domain.strides import commit_point
 from coordinator.domain.work import BarrierWork, ready_barrier
 from coordinator.settings import Settings
 from spark_jobs.ops.ctas_cleanup import CtasCleanup
@@ -66,10 +66,8 @@ def barriers_behind(state: MetaState, job_ids: Sequence[str]) -> dict[str, tuple
     last, out = state.last_barrier(), {}
     for job_id in job_ids:
         if (job := state.jobs.get(job_id)) is not None:
-            done, due = state.done_through(job), last
-            while due > done and not commits_at(state, job.sink, due):
-                due -= 1
-            out[job_id] = (done, max(0, due - done))
+            done = state.done_through(job)
+            out[job_id] = (done, commit_point(state, job.sink, last, floor=done) - done)
     return out
 
 
