@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 from coordinator.domain.barriers import BarrierConfig
 from coordinator.domain.errors import UsageError
+from coordinator.domain.leases import LeaseLimits
 
 KAFKA_PASSTHROUGH_PREFIX = "LOCKSTEP_KAFKA_"
 KafkaValue = str | int | float | bool  # what a confluent-kafka config value may be
@@ -150,6 +151,7 @@ class Settings:
     kafka_client: Mapping[str, str] = field(default_factory=dict, repr=False)  # holds the SASL password
     retain_barriers: int = 100  # vacuum keeps the exact points of this many newest barriers
     barriers: BarrierConfig = BarrierConfig()  # spacing, backpressure, liveness, catch-up stride
+    leases: LeaseLimits = LeaseLimits()  # readers' and jobs' leases: ttl, per holder, in all
     schemas: Path | None = None  # the Avro schemas; None: schemas/ of this checkout
     spark_master: str = "local[2]"
     spark_log_level: str | None = None  # None: WARN (the demo's live view asks for ERROR)
@@ -192,6 +194,11 @@ class Settings:
                 liveness_ms=_whole_number(env, "LOCKSTEP_JOB_LIVENESS_MS", BarrierConfig.liveness_ms),
                 catchup_stride=_whole_number(env, "LOCKSTEP_BARRIER_CATCHUP_STRIDE", BarrierConfig.catchup_stride),
                 stride_after=_whole_number(env, "LOCKSTEP_BARRIER_STRIDE_AFTER", BarrierConfig.stride_after, minimum=0),
+            ),
+            leases=LeaseLimits(
+                max_ttl_ms=_whole_number(env, "LOCKSTEP_LEASE_MAX_TTL_MS", LeaseLimits.max_ttl_ms),
+                per_holder=_whole_number(env, "LOCKSTEP_LEASE_PER_HOLDER", LeaseLimits.per_holder),
+                total=_whole_number(env, "LOCKSTEP_LEASE_TOTAL", LeaseLimits.total),
             ),
             schemas=Path(env["LOCKSTEP_SCHEMAS"]) if env.get("LOCKSTEP_SCHEMAS") else None,
             spark_master=env.get("LOCKSTEP_SPARK_MASTER") or "local[2]",

@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -155,12 +156,15 @@ def lineage_named(tree: exp.Expression) -> bool:
 
 
 JVM_CALLS = frozenset({"reflect", "java_method", "try_reflect"})  # Spark SQL functions that call any Java method
+# names a table (or a file: IDENTIFIER('csv.`/etc/passwd`')) from a string, out of sight of these checks
+NAMED_BY_STRING = "identifier"
 
 
 def require_spark_read(sql: str) -> None:
     """Refuse Spark SQL that ``lockstep query --engine spark`` must not run: anything but one
     query (writes, DDL, ``ADD JAR``, ``SET``, ``CACHE``), a JVM method call (``reflect``,
-    ``java_method``), or a file read by its path (``parquet.`/etc```): a reader names tables only.
+    ``java_method``), a file read by its path (``parquet.`/etc```, ```/etc/passwd```) or a name
+    made from a string (``IDENTIFIER('csv.`/etc/passwd`')``): a reader names tables only.
 
     >>> require_spark_read("SELECT shop, SUM(amount) FROM sales GROUP BY shop")
     >>> require_spark_read("SELECT java_method('java.lang.System', 'exit', 1)")
@@ -180,7 +184,11 @@ def require_spark_read(sql: str) -> None:
     for call in tree.find_all(exp.Anonymous):
         if call.name.lower() in JVM_CALLS:
             raise Refused(f"{call.name.lower()}() is not allowed: it calls Java methods; a read runs SQL only")
+        if call.name.lower() == NAMED_BY_STRING:
+            raise Refused("IDENTIFIER() is not allowed: a read names Lockstep's tables in its SQL, not in strings")
     for table in tree.find_all(exp.Table):
         if table.db:
             raise Refused(f"{table.db}.`{table.name}` is not allowed: a read names Lockstep's tables, not files or "
                           "other catalogs")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", table.name or "_"):
+            raise Refused(f"`{table.name}` is not allowed: a read names Lockstep's tables, not files")

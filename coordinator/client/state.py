@@ -70,6 +70,8 @@ class StateReader:
         self.limits: dict[str, int] = {}
         # told of every fact folded, after the fold (the worker's metrics observe completions here)
         self.on_fold: Callable[[MetaState, object], None] | None = None
+        # told of every fact about to be folded (the leader keeps what a completion's tombstone erases)
+        self.before_fold: Callable[[MetaState, object], None] | None = None
 
     def close(self) -> None:
         self.consumer.close()
@@ -126,6 +128,11 @@ class StateReader:
             # Kept (the fold is order-independent), ignored by every view until the table exists.
             self.stats.unknown_entities += 1
             log.info("completion for unknown table %r at barrier %d (counted, not used)", event.table, event.barrier)
+        if self.before_fold is not None:
+            try:
+                self.before_fold(self.state, event)
+            except Exception:  # an observer's bug must not stop the fold
+                log.exception("before_fold observer failed for %s", type(event).__name__)
         try:
             self.state = fold(self.state, event)  # type: ignore[arg-type]
         except TypeError as exc:

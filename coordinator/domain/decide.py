@@ -48,12 +48,13 @@ from coordinator.domain.events import (
     lease_key,
     table_key,
 )
+from coordinator.domain.leases import LeaseLimits, lease_problem
 from coordinator.domain.roles import Role, holds_secret, role_problem, secret_digest
 from coordinator.domain.starts import EARLIEST, describe, rule_of, start_problem
 from coordinator.domain.state import MetaState
 from coordinator.domain.validity import name_problem, number_problem, token_problem
 
-MAX_LEASE_TTL_MS = 24 * 3600 * 1000
+DEFAULT_LEASES = LeaseLimits()
 
 
 @dataclass(frozen=True)
@@ -62,15 +63,19 @@ class Decision:
     outcome: CommandOutcome
 
 
-def decide(state: MetaState, command: Command, now_ms: int, role: Role | None = None) -> Decision:
+def decide(state: MetaState, command: Command, now_ms: int, role: Role | None = None,
+           leases: LeaseLimits = DEFAULT_LEASES) -> Decision:
     """Validate ``command`` against ``state``; accepted -> facts + outcome, else outcome only.
 
     ``role`` is the sender's (``coordinator.domain.roles``: the command topic it came from); the
-    coordinator always passes it. None checks the rules of the state alone (their own tests)."""
+    coordinator always passes it. None checks the rules of the state alone (their own tests).
+    ``leases``: the caps on readers' and jobs' leases (``coordinator.domain.leases``)."""
     name = type(command).__name__
     try:
         _check_token("request id", command.request_id)
         if role is not None and (problem := role_problem(role, name)) is not None:
+            raise Rejected(problem)
+        if isinstance(command, AcquireLease) and (problem := lease_problem(command, state, role, leases)) is not None:
             raise Rejected(problem)
         facts = tuple(_decide(command, state, now_ms, role))
     except Rejected as exc:
@@ -307,8 +312,6 @@ def _(cmd: AcquireLease, state: MetaState, now_ms: int, role: Role | None) -> li
     _check_token("lease id", cmd.lease_id)
     if not cmd.tables:
         raise Rejected(f"lease {cmd.lease_id!r} names no tables")
-    if not 0 < cmd.ttl_ms <= MAX_LEASE_TTL_MS:
-        raise Rejected(f"lease ttl {cmd.ttl_ms} ms is out of range: use 1 .. {MAX_LEASE_TTL_MS} ms")
     existing = state.leases.get(cmd.lease_id)
     if existing is not None and (existing.holder != cmd.holder or existing.barrier != cmd.barrier
                                  or not holds_secret(existing.secret_digest, cmd.secret)):

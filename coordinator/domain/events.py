@@ -8,7 +8,7 @@ entity (``lockstep.registry``, ``.barriers``, ``.completions``, ``.leases``) or 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
@@ -149,14 +149,15 @@ class AcquireLease:
     tables: tuple[str, ...]
     barrier: int
     ttl_ms: int = 60_000
-    secret: str = ""  # the holder's proof: renewing and releasing need it (the lease keeps only its digest)
+    # the holder's proof: renewing and releasing need it (the lease keeps only its digest; never in a repr)
+    secret: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
 class ReleaseLease:
     request_id: str
     lease_id: str
-    secret: str = ""  # the holder's secret; an operator may release any lease without it
+    secret: str = field(default="", repr=False)  # the holder's secret; an operator may release any lease without it
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from coordinator.stream.rest import add_views, serve_page
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 PRUNE_S = 5.0  # how often the leader forgets records below the retention floor
+RESTORE_S = 0.5  # how soon the leader writes back a completion someone else's tombstone erased
 BACKOFF = wait_exponential(multiplier=0.5, max=30)  # 0.5 s, 1 s, 2 s ... at most 30 s between tries
 COMMAND_TRIES_S = 300.0  # a command still failing after this is skipped (its sender timed out long ago)
 
@@ -180,6 +181,11 @@ def create_app(settings: Settings) -> LockstepApp:
     async def lease_expiry() -> None:
         if ready.is_set():
             await guarded("expiring leases", coordinator().tick_leases, leader_only=True)
+
+    @app.timer(interval=RESTORE_S, on_leader=True)
+    async def completion_restore() -> None:
+        if ready.is_set():
+            await guarded("writing back erased completions", coordinator().tick_restore, leader_only=True)
 
     add_views(app, settings, coordinator, ready)
     return app

@@ -1,4 +1,5 @@
-"""The coordinator's work, free of Faust: decide commands, run the barrier clock, expire leases.
+"""The coordinator's work, free of Faust: decide commands, run the barrier clock, expire leases,
+prune the state and write back completions that someone else's tombstone erased.
 
 Faust (``coordinator.stream.app``) only schedules these calls; tests and tools can drive a
 Coordinator directly. Every decision waits until the local state has folded everything
@@ -43,7 +44,7 @@ from coordinator.domain.decide import abandoned_tables
 from coordinator.domain.delays import kafka_backlog
 from coordinator.domain.events import NO_PARTITIONS, split_key
 from coordinator.domain.pacer import Pacer
-from coordinator.domain.pruning import prunable
+from coordinator.domain.pruning import prunable, restorable
 from coordinator.domain.roles import Role
 from coordinator.faults import crash_point
 from coordinator.settings import Settings
@@ -56,6 +57,7 @@ TICK_MS = 50  # how often the leader asks whether a barrier is due
 
 
 REJECTIONS_KEPT = 20  # commands this worker rejected, newest kept for the live page
+ERASURES_KEPT = 10_000  # completions others' tombstones erased, kept until the leader's next look
 
 
 @dataclass
@@ -68,6 +70,7 @@ class Counters:
     leases_expired: int = 0
     records_pruned: int = 0
     ctas_abandoned: int = 0
+    completions_restored: int = 0  # written back after a tombstone that was not the coordinator's
     work_failures: int = 0  # a timer's or a command's work that raised (broker gone, timeouts); retried
     fenced_writes: int = 0  # leader writes refused because a newer leader took over
 
@@ -81,6 +84,9 @@ class Coordinator:
         self.follower = StateFollower(settings, topics)
         self.metrics = FoldMetrics()  # /metrics' histograms and counters, fed by every completion folded
         self.follower.reader.on_fold = self.metrics.observe
+        self.follower.reader.before_fold = self._note_erasure
+        self._own: set[str] = set()  # keys of the completions' tombstones this worker writes
+        self._erased: dict[str, BarrierCompleted] = {}  # what others' tombstones erased (tick_restore)
         self.producer = Producer(settings.kafka_config({"enable.idempotence": True, "linger.ms": 0},
                                                        client="lockstep-coordinator"))
         self.leader_writer = FencedWriter(settings)  # the barrier clock's, pruning's and lease expiry's writes
@@ -131,8 +137,26 @@ class Coordinator:
 
     def _record(self, fact: Fact | Tombstone) -> tuple[str, bytes, bytes | None]:
         """(topic, key, value) of a fact: keyed by its entity, a tombstone without a value."""
-        value = None if isinstance(fact, Tombstone) else self.codec.encode(fact)
+        value = None
+        if isinstance(fact, Tombstone):
+            if split_key(fact.key)[0] == "completion":
+                self._own.add(fact.key)
+        else:
+            value = self.codec.encode(fact)
         return self.topic_of(fact), entity_key(fact).encode(), value
+
+    def _note_erasure(self, state: MetaState, event: object) -> None:
+        """Before a completion's tombstone is folded: keep what it erases unless this worker
+        wrote it (pruning, a drop); only while leading (the follower's lock is held)."""
+        if not isinstance(event, Tombstone) or split_key(event.key)[0] != "completion":
+            return
+        if event.key in self._own:
+            self._own.discard(event.key)
+            return
+        table, _, barrier = split_key(event.key)[1].rpartition("@")
+        done = state.completions.get(table, {}).get(int(barrier)) if barrier.isdigit() else None
+        if done is not None and self.leader_writer.leading and len(self._erased) < ERASURES_KEPT:
+            self._erased[event.key] = done
 
     def write(self, facts: list[Fact | Tombstone]) -> None:
         """Produce facts (keyed by entity) and wait until our own follower has folded them."""
@@ -190,7 +214,7 @@ class Coordinator:
                                    f"(commands go to {self.topics.prefix}.commands.<role>, docs/security.md)")
             else:
                 try:
-                    decision = decide(self.state, command, now_ms(), role)
+                    decision = decide(self.state, command, now_ms(), role, self.settings.leases)
                 except Exception as exc:  # noqa: BLE001 - a poison command: refused with why, never retried
                     log.exception("could not decide %s %s", type(command).__name__, command.request_id)
                     decision = refused(command, f"the coordinator could not decide it ({type(exc).__name__}: {exc}); "
@@ -283,6 +307,24 @@ class Coordinator:
         if stale and self._write_as_leader(list(stale)):
             self.counters.records_pruned += len(stale)
             return len(stale)
+        return 0
+
+    def tick_restore(self) -> int:
+        """Write back the completions that a tombstone this worker did not write erased, unless
+        pruning would have forgotten them too (``pruning.restorable``): a job principal may write
+        the completions topic, and so a tombstone, but only pruning and drops remove an exact
+        point. Returns how many were written back."""
+        if not self._erased or not self._lead():
+            return 0
+        self.follower.wait_current()
+        with self.follower.reader.lock:
+            erased, self._erased = self._erased, {}
+            back = restorable(self.state, erased.values(), self.settings.retain_barriers)
+        if back and self._write_as_leader(list(back)):
+            self.counters.completions_restored += len(back)
+            log.warning("wrote back %d completion(s) that a tombstone the coordinator did not write erased: %s",
+                        len(back), ", ".join(f"{c.table}@{c.barrier}" for c in back))
+            return len(back)
         return 0
 
     def _propose_abandonment(self, tables: list[str], now: int) -> None:

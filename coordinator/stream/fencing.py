@@ -86,6 +86,11 @@ class FencedWriter:
         self._call(transaction, abort=True)
         return delivered.marks
 
+    @property
+    def leading(self) -> bool:
+        """Whether this worker has started as the writer and no newer leader has fenced it."""
+        return self._producer is not None and not self.fenced
+
     def rejoin(self) -> None:
         """A rebalance happened: if this worker leads again, it may start (and fence) again."""
         self.fenced = False

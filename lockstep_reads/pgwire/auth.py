@@ -16,7 +16,7 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MECHANISM = "SCRAM-SHA-256"
 ITERATIONS = 4096
@@ -42,8 +42,8 @@ class ScramSecret:
     """What the server keeps of the password: salt and keys, never the password itself."""
 
     salt: bytes
-    stored_key: bytes
-    server_key: bytes
+    stored_key: bytes = field(repr=False)  # the keys stay out of reprs, logs and errors
+    server_key: bytes = field(repr=False)
 
     @classmethod
     def of(cls, password: str, salt: bytes | None = None) -> ScramSecret:

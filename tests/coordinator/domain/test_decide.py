@@ -31,6 +31,7 @@ from coordinator.domain import (
     fold_all,
 )
 from coordinator.domain.decide import abandoned_tables
+from coordinator.domain.leases import LeaseLimits
 from coordinator.domain.roles import COMMAND_ROLES, Role, secret_digest
 
 MakeState = Callable[..., MetaState]
@@ -259,6 +260,7 @@ def test_lease_holds_exact_point_versions_renews_and_expires(make_state: MakeSta
     assert lease.versions == (SourceVersion("shopping", 4), SourceVersion("user_item_amount", 2))
     assert (lease.acquired_at_ms, lease.expires_at_ms) == (10, 60)
     assert lease.secret_digest == secret_digest("s1") and "s1" not in repr(lease)  # the secret itself is kept nowhere
+    assert "s1" not in repr(AcquireLease("x", "l1", "r", ("t",), 1, 50, "s1")) + repr(ReleaseLease("x", "l1", "s1"))
     state.leases["l1"] = lease
     renewed = decide(state, AcquireLease("y", "l1", "reader", ("shopping", "user_item_amount"), 1, 50, "s1"), now_ms=40)
     assert renewed.facts[0].expires_at_ms == 90 and renewed.facts[0].acquired_at_ms == 10
@@ -279,6 +281,32 @@ def test_a_lease_is_released_only_with_its_holders_secret_or_by_an_operator(make
             assert not refused.outcome.accepted and "released only by its holder" in refused.outcome.reason
         assert decide(state, ReleaseLease("r", "l1", "ann's"), now_ms=2, role=role).outcome.accepted
     assert decide(state, ReleaseLease("r", "l1"), now_ms=2, role=Role.OPERATOR).outcome.accepted
+
+
+def test_readers_and_jobs_leases_are_capped_in_ttl_per_holder_and_in_all_and_an_operator_is_not(
+        make_state: MakeState) -> None:
+    state = make_state(BarrierAnnounced(1, 100), BarrierCompleted("ingest_shopping", "shopping", 1, 0, 4),
+                       shopping_topology=True)
+    limits = LeaseLimits(max_ttl_ms=1_000, per_holder=2, total=3)
+
+    def take(lease_id: str, holder: str = "ann", ttl_ms: int = 500, role: Role = Role.READER) -> str:
+        decision = decide(state, AcquireLease("r", lease_id, holder, ("shopping",), 1, ttl_ms, "s"), now_ms=2,
+                          role=role, leases=limits)
+        for fact in decision.facts:
+            state.leases[fact.lease_id] = fact
+        return decision.outcome.reason
+
+    assert "more than the 1000 ms a reader may hold one (LOCKSTEP_LEASE_MAX_TTL_MS" in take("l0", ttl_ms=1_001)
+    assert take("l0", "ops", ttl_ms=1_001, role=Role.OPERATOR) == ""  # an operator's override, up to a day
+    assert "out of range: use 1 .. 86400000 ms" in take("lx", ttl_ms=86_400_001, role=Role.OPERATOR)
+    assert take("l1") == take("l2") == ""
+    assert "holder 'ann' already holds 2 leases" in take("l3") and "LOCKSTEP_LEASE_PER_HOLDER" in take("l3")
+    assert take("l1") == ""  # renewing one it holds is no new lease
+    assert "3 leases are held" in take("l3", holder="bob") and "LOCKSTEP_LEASE_TOTAL" in take("l3", holder="bob")
+    assert take("l3", holder="bob", role=Role.OPERATOR) == ""
+    assert "is not a name" in take("l4", holder="x" * 201, role=Role.OPERATOR)
+    assert "is not a name" in take("l4", holder="ann\x1b[2J", role=Role.OPERATOR)
+    assert "'" + "x" * 200 + "'" in take("l4", holder="x" * 5000, role=Role.OPERATOR)  # the answer stays short
 
 
 @pytest.mark.parametrize("role", list(Role))

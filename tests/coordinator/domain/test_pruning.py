@@ -20,7 +20,7 @@ from coordinator.domain import (
     decide,
     fold_all,
 )
-from coordinator.domain.pruning import prunable, retention_floor
+from coordinator.domain.pruning import AHEAD, prunable, retention_floor
 from coordinator.domain.work import work_for
 from tests.support.strategies import state_topics
 
@@ -59,6 +59,20 @@ def test_old_records_go_and_the_state_stays_small(make_state: Callable[..., Meta
     after = pruned(state, retain=100)
     assert sorted(after.barriers) == list(range(401, 501))
     assert all(sorted(by_b) == list(range(401, 501)) for by_b in after.completions.values())
+
+
+def test_completions_no_writer_makes_go_whatever_the_floor(make_state: Callable[..., MetaState]) -> None:
+    forged = [BarrierCompleted("ingest_shopping", "ghost", b, 0, b) for b in (1, 2)]
+    ahead = [BarrierCompleted("ingest_shopping", "shopping", b, 0, b) for b in (4 + AHEAD, 10**9)]
+    state = make_state(*(BarrierAnnounced(b, b) for b in (1, 2, 3)),
+                       *(BarrierCompleted("ingest_shopping", "shopping", b, 0, b) for b in (1, 2, 3)),
+                       *forged, *ahead, shopping_topology=True)
+    after = pruned(state, retain=100)
+    assert "ghost" not in after.completions
+    assert sorted(after.completions["shopping"]) == [1, 2, 3]  # the clock's own, and one just within reach stay
+    assert sorted(pruned(make_state(*(BarrierAnnounced(b, b) for b in (1, 2, 3)),
+                                    BarrierCompleted("ingest_shopping", "shopping", 2 + AHEAD, 0, 1),
+                                    shopping_topology=True), retain=100).completions["shopping"]) == [2 + AHEAD]
 
 
 def test_a_stopped_job_resumes_from_its_last_cut_without_gap_or_overlap(make_state: Callable[..., MetaState]) -> None:

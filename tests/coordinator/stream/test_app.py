@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from coordinator.client.rest import get_json
+from coordinator.client.state import read_state
 from coordinator.client.topics import Topics
 from coordinator.codec import default_codec
 from coordinator.domain import (
@@ -120,6 +121,53 @@ def test_barrier_cut_covers_external_topics_and_metrics_show_the_backlog(
         publisher.produce(source, partition=0, value=b"y")
     assert publisher.flush(10) == 0
     wait_until(lambda: worker.metric("lockstep_kafka_backlog_records", table="t") == 3, "a backlog of 3", timeout=30)
+
+
+def test_a_completion_erased_by_a_tombstone_the_coordinator_did_not_write_is_written_back(
+    make_worker: Callable, lockstep_cli: Callable, coordinator_env: dict[str, str],
+) -> None:
+    worker = make_worker()
+    assert lockstep_cli("emit", "declare-table", "t", "--kind", "root").returncode == 0
+    assert lockstep_cli("emit", "register-job", "j", "--sink", "t", "--topics", "src").returncode == 0
+    b = wait_until(lambda: max(worker.barrier_ids(), default=0), "a barrier", timeout=30)
+    settings = Settings.from_env(coordinator_env)
+    completions = Topics(settings.topic_prefix).completions
+    done = BarrierCompleted("j", "t", b, 0, 7, committed_at_ms=1)
+    forger = Producer(settings.kafka_config())  # a job principal may write the completions topic
+    forger.produce(completions, key=entity_key(done).encode(), value=default_codec().encode(done))
+    assert forger.flush(10) == 0
+    wait_until(lambda: read_state(settings).exact_points("t") == {b: 7}, "the exact point", timeout=30)
+    forger.produce(completions, key=entity_key(done).encode(), value=None)
+    assert forger.flush(10) == 0
+    wait_until(lambda: worker.metric("lockstep_completions_restored_total") == 1, "written back", timeout=30)
+    assert read_state(settings).exact_points("t") == {b: 7}  # also after compaction: the last record is the value
+    assert last_value(settings, completions, entity_key(done)) == default_codec().encode(done)
+    # the coordinator's own tombstones are not written back: a drop takes its completions with it
+    assert lockstep_cli("emit", "deregister-job", "j", "--status", "FINISHED").returncode == 0
+    assert lockstep_cli("emit", "drop-table", "t").returncode == 0
+    wait_until(lambda: "t" not in read_state(settings).completions, "the drop", timeout=30)
+    time.sleep(2)  # four of the leader's looks
+    assert worker.metric("lockstep_completions_restored_total") == 1 and "t" not in read_state(settings).completions
+
+
+def last_value(settings: Settings, topic: str, key: str) -> bytes | None:
+    """The value of the newest committed record under ``key`` in partition 0 of ``topic``
+    (what compaction keeps); the leader writes in transactions, so a commit marker may end it."""
+    consumer = Consumer(settings.kafka_config({"group.id": f"last-{time.time_ns()}", "isolation.level": "read_committed",
+                                               "enable.auto.commit": False}))
+    try:
+        partition = TopicPartition(topic, 0, OFFSET_BEGINNING)
+        high = consumer.get_watermark_offsets(partition, timeout=10)[1]
+        consumer.assign([partition])
+        values: list[bytes | None] = []
+        deadline = time.monotonic() + 30
+        while consumer.position([partition])[0].offset < high and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None and msg.key() == key.encode():
+                values.append(msg.value())
+        return values[-1] if values else None
+    finally:
+        consumer.close()
 
 
 def test_ten_thousand_mixed_events_then_replay_verify(

@@ -207,6 +207,8 @@ def test_commands_that_print_data_print_json_for_scripts(tmp_path: Path) -> None
     ("INSERT OVERWRITE DIRECTORY '/tmp/out' SELECT 1", "INSERT is not allowed"),
     ("SELECT reflect('java.lang.Runtime', 'getRuntime')", "reflect() is not allowed"),
     ("SELECT * FROM parquet.`/etc`", "parquet.`/etc` is not allowed"),
+    ("SELECT * FROM IDENTIFIER('csv.`/etc/passwd`')", "IDENTIFIER() is not allowed"),
+    ("SELECT * FROM sales WHERE EXISTS (SELECT * FROM `/etc/passwd`)", "`/etc/passwd` is not allowed"),
     ("SELECT 1; DROP TABLE sales", "one statement at a time"),
 ])
 def test_a_spark_query_that_is_not_a_read_is_refused_before_spark_starts(sql: str, says: str) -> None:
