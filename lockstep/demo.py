@@ -33,6 +33,7 @@ from rich.text import Text
 
 from coordinator.client.rest import get_json
 from coordinator.client.snapshots import CoordinatorUnreachable, close_clients
+from coordinator.client.topics import DEMO_GROUP
 from coordinator.dev.broker import LocalBroker, free_port, port_in_use, topic_count
 from coordinator.dev.worker import WorkerProcess, healthy
 from coordinator.domain.errors import NotStarted, Unreachable
@@ -282,7 +283,7 @@ def run_demo(settings: Settings, options: DemoOptions, say: Callable[[str], None
                 stack.callback(spark.stop)
             stack.callback(close_clients)  # the leases' client, before the broker stops
             _wait_ready(settings, [d.name for d in pipeline.derived], jobs, say)
-            consumer = Consumer(settings.kafka_config({"group.id": f"{settings.topic_prefix}-demo-sizes"}))
+            consumer = Consumer(settings.kafka_config({"group.id": f"{settings.topic_prefix}{DEMO_GROUP}-sizes"}))
             stack.callback(consumer.close)
             before = _topic_size(consumer, topic)  # purchases of earlier runs are not this run's
             stack.enter_context(_generator(settings, topic, options, say))

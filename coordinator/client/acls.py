@@ -17,7 +17,10 @@ roles it includes; what it may do with a command is decided by the coordinator:
   the outcomes, writes the reader's command topic (leases). It cannot read the command topics,
   where the lease secrets of other readers travel.
 
-A principal with none of these cannot write a command or forge a state record.
+A principal with none of these cannot write a command or forge a state record. Each role
+reads only the consumer groups its own clients use (``GROUPS``); the worker's Faust group
+(``P-coordinator``), which is assigned the command partitions, is the coordinator's alone, so no
+other principal can join it and take those partitions from the worker.
 
 Example::
 
@@ -38,7 +41,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # exported, n
     ResourceType,
 )
 
-from coordinator.client.topics import Topics
+from coordinator.client.topics import COMMANDS_GROUP, DEMO_GROUP, SPARK_GROUP, STATE_GROUP, TAIL_GROUP, Topics
 from coordinator.domain.errors import UsageError
 from coordinator.domain.roles import Role
 from coordinator.settings import Settings
@@ -46,6 +49,9 @@ from coordinator.settings import Settings
 ROLES = tuple(role.value for role in Role)
 INCLUDES = {Role.READER: (Role.READER,), Role.JOB: (Role.JOB, Role.READER),
             Role.OPERATOR: (Role.OPERATOR, Role.JOB, Role.READER)}  # whose command topics a role writes
+# the consumer groups (``P`` + suffix, prefixed) each role's clients use
+GROUPS = {Role.READER: (STATE_GROUP, COMMANDS_GROUP), Role.JOB: (STATE_GROUP, COMMANDS_GROUP, SPARK_GROUP),
+          Role.OPERATOR: (STATE_GROUP, COMMANDS_GROUP, TAIL_GROUP, DEMO_GROUP)}
 
 
 @dataclass(frozen=True)
@@ -64,10 +70,9 @@ def grants(role: str, topics: Topics, data_topics: Iterable[str] = ()) -> list[G
         raise UsageError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
     read = (AclOperation.READ, AclOperation.DESCRIBE)
     prefix = topics.prefix
-    common = [Grant(ResourceType.GROUP, prefix, True, (AclOperation.READ, AclOperation.DESCRIBE))]
     if role == Role.COORDINATOR:
         return [
-            *common,
+            Grant(ResourceType.GROUP, prefix, True, read),
             Grant(ResourceType.TOPIC, prefix, True, (*read, AclOperation.WRITE, AclOperation.CREATE,
                                                      AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS)),
             Grant(ResourceType.TRANSACTIONAL_ID, f"{prefix}-coordinator-leader", False,
@@ -78,7 +83,7 @@ def grants(role: str, topics: Topics, data_topics: Iterable[str] = ()) -> list[G
              [Grant(ResourceType.TOPIC, t, False, read) for t in (*topics.state, topics.outcomes)])
     writes = [topics.commands_of(r) for r in INCLUDES[Role(role)]] + ([topics.completions] if role == Role.JOB else [])
     return [
-        *common,
+        *(Grant(ResourceType.GROUP, prefix + suffix, True, read) for suffix in GROUPS[Role(role)]),
         *reads,
         *(Grant(ResourceType.TOPIC, t, False, (AclOperation.WRITE,)) for t in writes),
         *(Grant(ResourceType.TOPIC, t, False, read) for t in (data_topics if role == Role.JOB else ())),

@@ -14,7 +14,7 @@ import uuid
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from coordinator.client.topics import Topics
+from coordinator.client.topics import COMMANDS_GROUP, Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import Command, CommandOutcome
 from coordinator.domain.errors import LockstepError, NotAuthorised, Unreachable
@@ -48,7 +48,7 @@ class CommandClient:
 
     def _connect(self) -> tuple[Consumer, Producer]:
         if self._consumer is None or self._producer is None:
-            consumer = Consumer(self.settings.kafka_config({"group.id": f"{self.settings.topic_prefix}-cli",
+            consumer = Consumer(self.settings.kafka_config({"group.id": self.settings.topic_prefix + COMMANDS_GROUP,
                                                             "enable.auto.commit": False, "log_level": 3},
                                                            client="lockstep-outcomes"))
             try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from coordinator.client.offsets import EndOffsets
-from coordinator.client.topics import Topics
+from coordinator.client.topics import STATE_GROUP, Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import BarrierCompleted, MetaState, Tombstone, fold
 from coordinator.domain.roles import placement_problem
@@ -55,7 +55,7 @@ class StateReader:
         self.codec = default_codec(settings.schemas)
         self.consumer = Consumer(
             settings.kafka_config({
-                "group.id": f"{settings.topic_prefix}-reader-{uuid.uuid4().hex}",
+                "group.id": f"{settings.topic_prefix}{STATE_GROUP}{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "log_level": 3,

@@ -50,6 +50,10 @@ COMPACTED = {
     "min.cleanable.dirty.ratio": "0.2",  # compact once a fifth of the topic is dirty (Kafka: half)
 }
 TIMED = {"cleanup.policy": "delete", "retention.ms": str(7 * 86400000)}
+# consumer group ids, after the prefix: state readers (+ a random id), command clients, Spark's
+# Kafka source, `lockstep tail`, the demo. Each assigns its partitions itself, so sharing a group
+# with another process takes nothing from it; the worker's own is ``P-coordinator`` (Faust's).
+STATE_GROUP, COMMANDS_GROUP, SPARK_GROUP, TAIL_GROUP, DEMO_GROUP = "-state-", "-cli", "-spark", "-tail", "-demo"
 
 
 @dataclass(frozen=True)

@@ -127,11 +127,11 @@ def barriers_tail(settings: Settings, from_beginning: bool, count: int | None, f
     """Print barriers as they are announced: id, time, cut (Ctrl-C stops, exit 130)."""
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
-    from coordinator.client.topics import Topics
+    from coordinator.client.topics import TAIL_GROUP, Topics
     from coordinator.codec import DecodeError, default_codec
 
     codec = default_codec(settings.schemas)
-    consumer = Consumer(settings.kafka_config({"group.id": f"{settings.topic_prefix}-tail", "enable.auto.commit": False,
+    consumer = Consumer(settings.kafka_config({"group.id": settings.topic_prefix + TAIL_GROUP, "enable.auto.commit": False,
                                                "log_level": 3}))
     start = OFFSET_BEGINNING if from_beginning else OFFSET_END
     consumer.assign([TopicPartition(Topics(settings.topic_prefix).barriers, 0, start)])

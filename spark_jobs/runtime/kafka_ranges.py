@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
+from coordinator.client.topics import SPARK_GROUP
 from coordinator.domain.events import OffsetRange
 from coordinator.settings import Settings
 
@@ -22,7 +23,7 @@ LATEST = -1  # an offset range's end that reads as far as the partition has reco
 def kafka_source_options(settings: Settings) -> dict[str, str]:
     """Spark's Kafka source reaches the brokers as every Lockstep client does (the security of
     ``LOCKSTEP_KAFKA_*``), in consumer groups under the topic prefix (one group ACL covers them)."""
-    return {"kafka.bootstrap.servers": settings.bootstrap, "groupIdPrefix": f"{settings.topic_prefix}-spark",
+    return {"kafka.bootstrap.servers": settings.bootstrap, "groupIdPrefix": settings.topic_prefix + SPARK_GROUP,
             **{f"kafka.{key}": value for key, value in settings.kafka_security.java_properties().items()}}
 
 

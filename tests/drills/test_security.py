@@ -157,6 +157,10 @@ def test_each_role_runs_with_its_acls_and_a_principal_without_them_writes_nothin
                 == KafkaError.TOPIC_AUTHORIZATION_FAILED
             state = read_state(jobs)
             assert "forged" not in state.tables and set(state.tables) == {"sales", "per_shop"}
+            # no one but the coordinator joins the worker's group (its members are assigned the commands)
+            for user in ("reader", "jobs", "operator"):
+                error = join_error(secured_broker.client_config(user), f"{prefix}-coordinator", topics.barriers)
+                assert error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, (user, error)
             plans = [run.query._jsq.explainInternal(True) + str(run.query.recentProgress) for run in runs]
         finally:
             for run in runs:
@@ -183,6 +187,24 @@ def may_write(role: Role | None, topics: Topics, topic: str) -> bool:
         return False
     return any(g.resource == ResourceType.TOPIC and AclOperation.WRITE in g.operations
                and (topic.startswith(g.name) if g.prefixed else topic == g.name) for g in grants(role, topics))
+
+
+def join_error(config: dict[str, str], group: str, topic: str) -> KafkaError | None:
+    """The error a consumer with ``config`` meets joining ``group`` to read ``topic``; None once
+    it is assigned partitions."""
+    consumer = Consumer({**config, "group.id": group, "log_level": 0})
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is not None and msg.error().code() != KafkaError._PARTITION_EOF:
+                return msg.error()
+            if consumer.assignment():
+                return None
+        raise AssertionError(f"neither joined {group} nor refused within 30 s")
+    finally:
+        consumer.close()
 
 
 class Attempts:

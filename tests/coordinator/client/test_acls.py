@@ -47,9 +47,14 @@ def test_the_leader_transactional_id_and_data_topics_go_where_they_are_used() ->
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_every_role_may_use_consumer_groups_under_the_prefix(role: str) -> None:
-    groups = [g for g in grants(role, TOPICS) if g.resource == ResourceType.GROUP]
-    assert [(g.name, g.prefixed) for g in groups] == [("acme", True)]
+def test_each_role_reads_only_its_own_clients_groups_and_only_the_coordinator_the_workers(role: str) -> None:
+    groups = {g.name for g in grants(role, TOPICS) if g.resource == ResourceType.GROUP and g.prefixed}
+    worker = "acme-coordinator"  # Faust's group: its members are assigned the command partitions
+    assert any(worker.startswith(g) for g in groups) == (role == "coordinator")
+    assert all(any(used.startswith(g) for g in groups) for used in {
+        "reader": ["acme-state-1f", "acme-cli"], "job": ["acme-state-1f", "acme-cli", "acme-spark-kafka-source-x"],
+        "operator": ["acme-state-1f", "acme-cli", "acme-tail", "acme-demo-sizes"],
+        "coordinator": ["acme-state-1f", "acme-coordinator"]}[role])
 
 
 def test_bindings_allow_one_operation_each_for_the_principal() -> None:
