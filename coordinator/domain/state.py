@@ -51,8 +51,12 @@ class MetaState:
 
     # -- canonical dump ------------------------------------------------------------------
 
-    def canonical(self) -> dict[str, object]:
-        """A JSON-ready dump with sorted keys; equal states give byte-identical dumps."""
+    def canonical(self, *, digests: bool = True) -> dict[str, object]:
+        """A JSON-ready dump with sorted keys; equal states give byte-identical dumps.
+        ``digests=False``: without the leases' secret digests (what ``/state`` shows)."""
+        leases = {k: to_record(v) for k, v in sorted(self.leases.items())}
+        if not digests:
+            leases = {k: {f: v for f, v in lease.items() if f != "secret_digest"} for k, lease in leases.items()}
         return {
             "tables": {k: to_record(v) for k, v in sorted(self.tables.items())},
             "jobs": {k: to_record(v) for k, v in sorted(self.jobs.items())},
@@ -62,7 +66,7 @@ class MetaState:
                 for t, by_b in sorted(self.completions.items())
                 for b, c in sorted(by_b.items())
             },
-            "leases": {k: to_record(v) for k, v in sorted(self.leases.items())},
+            "leases": leases,
         }
 
     def canonical_json(self) -> str:

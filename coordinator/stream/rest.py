@@ -18,6 +18,7 @@ import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ from coordinator.stream.metrics import exposition
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 PAGE = Path(__file__).with_name("page")  # the live page: index.html, its script and style, vendor/ (uPlot)
+VIEW_THREADS = 2
 OVERVIEW_TTL_S = 0.9  # the page polls every second: each open page reuses the same body within it
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 Handler = Callable[..., Awaitable[Response]]
@@ -97,6 +99,13 @@ def add_views(app: faust.App, settings: Settings, coordinator: Callable[[], Coor
     def liveness() -> tuple[int, int]:
         return now_ms(), settings.barriers.liveness_ms
 
+    # views scan the state on threads of their own: a burst of requests then waits for these,
+    # never for the threads the commands agent and the leader's timers run on
+    pool = ThreadPoolExecutor(max_workers=VIEW_THREADS, thread_name_prefix="lockstep-views")
+
+    async def off_loop(work: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(pool, work)
+
     async def under_lock(read: Callable[[Coordinator], T]) -> T:
         """Run ``read`` on the folded state under the follower's lock, off the event loop: views
         scan the state, and the loop must stay free for the agents, timers and health checks."""
@@ -106,7 +115,7 @@ def add_views(app: faust.App, settings: Settings, coordinator: Callable[[], Coor
             with c.follower.reader.lock:
                 return read(c)
 
-        return await asyncio.get_running_loop().run_in_executor(None, locked)
+        return await off_loop(locked)
 
     def state_page(path: str) -> Callable[[Handler], Handler]:
         """Register a view of the folded state: 503 until it is folded, 400 on a Rejected."""
@@ -134,8 +143,10 @@ def add_views(app: faust.App, settings: Settings, coordinator: Callable[[], Coor
 
     @state_page("/state")
     async def state_view(web: View, request: Request) -> Response:
-        return web.json(await under_lock(lambda c: {"state": c.state.canonical(), "hash": c.state.state_hash(),
-                                                    "positions": dict(c.follower.reader.stats.positions)}))
+        # the lock is held for a copy only (the fold waits that long), the dump is made after
+        state, positions = await under_lock(lambda c: (c.state.copy(), dict(c.follower.reader.stats.positions)))
+        return web.json(await off_loop(lambda: {"state": state.canonical(digests=False), "hash": state.state_hash(),
+                                                "positions": positions}))
 
     @state_page("/topology")
     async def topology_view(web: View, request: Request) -> Response:
@@ -192,7 +203,7 @@ def add_views(app: faust.App, settings: Settings, coordinator: Callable[[], Coor
             return exposition(c.metrics, c.state, counters, *liveness(), backlog)
 
         try:
-            backlog: dict[str, int] | None = await asyncio.get_running_loop().run_in_executor(None, coordinator().kafka_backlog)
+            backlog: dict[str, int] | None = await off_loop(coordinator().kafka_backlog)
         except Exception as exc:  # noqa: BLE001 - Kafka unreachable: the scrape still answers, without the backlog
             log.warning("no Kafka backlog for /metrics: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             backlog = None
