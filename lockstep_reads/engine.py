@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
@@ -52,35 +53,63 @@ def run_query(sql: str, tables: Mapping[str, DeltaTable], lineage: Mapping[str, 
     """``sql`` over ``tables`` (name -> an opened version) and ``lineage`` views, at most
     ``limit`` rows (the rest is not computed where the plan streams); ``QueryError`` with the
     engine's message if it cannot run."""
+    schema, batches = stream_query(sql, tables, lineage)
+    taken, rows = [], 0
+    for batch in batches:
+        if limit is not None and rows + batch.num_rows >= limit:
+            taken.append(batch.slice(0, limit - rows))
+            break
+        taken.append(batch)
+        rows += batch.num_rows
+    return pa.Table.from_batches(taken, schema)
+
+
+def stream_query(sql: str, tables: Mapping[str, DeltaTable],
+                 lineage: Mapping[str, LineageTable] | None = None) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """``sql``'s rows as they come (a batch at a time, each computed when asked for): its schema
+    and the batches, strings plain (``plain_strings``). Raises ``QueryError`` or ``VersionGone``,
+    when planning or from the iterator."""
     builder = QueryBuilder(SESSION)
-    try:
+    with _errors():
         for i, (name, table) in enumerate(sorted(tables.items())):
             hidden = f"{HIDDEN}t{i}"  # registered names fold to lower case; the view keeps the table's own
             builder.register(hidden, table)
             columns = list(map(quoted, visible_columns(table)))
             rows = latest_rows_sql(quoted(hidden), columns) if is_changelog([f.name for f in table.schema().fields]) \
                 else f"SELECT {', '.join(columns)} FROM {quoted(hidden)}"
-            _run(builder, f"CREATE VIEW {quoted(name)} AS {rows}")
+            _execute(builder, f"CREATE VIEW {quoted(name)} AS {rows}").read_all()
         for name, rows in (lineage or {}).items():
-            _run(builder, f"CREATE VIEW {quoted(name)} AS {values_query(rows)}")
-        return _run(builder, sql, limit)
-    except (DeltaError, pa.ArrowException) as exc:  # the rows stream: a missing file shows as Arrow's error
+            _execute(builder, f"CREATE VIEW {quoted(name)} AS {values_query(rows)}").read_all()
+        reader = _execute(builder, sql)
+    schema = plain_schema(reader.schema)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        with _errors():  # the rows stream: a missing file shows as Arrow's error while they do
+            for batch in reader:
+                yield batch if batch.schema == schema else batch.cast(schema)
+
+    return schema, batches()
+
+
+def _execute(builder: QueryBuilder, sql: str) -> pa.RecordBatchReader:
+    return pa.RecordBatchReader.from_stream(builder.execute(sql))
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """delta-rs' and Arrow's errors as ``VersionGone`` (a file gone) or ``QueryError``."""
+    try:
+        yield
+    except (DeltaError, pa.ArrowException) as exc:
         if gone(exc):
             raise VersionGone(f"a file of a version read is gone (vacuumed): {first_line(exc)}") from exc
         raise QueryError(" ".join(line.strip() for line in str(exc).splitlines() if line.strip())) from exc
 
 
-def _run(builder: QueryBuilder, sql: str, limit: int | None = None) -> pa.Table:
-    reader = pa.RecordBatchReader.from_stream(builder.execute(sql))
-    if limit is None:
-        return plain_strings(reader.read_all())
-    batches, rows = [], 0
-    for batch in reader:
-        batches.append(batch.slice(0, limit - rows))
-        rows += batches[-1].num_rows
-        if rows >= limit:
-            break
-    return plain_strings(pa.Table.from_batches(batches, reader.schema))
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with DataFusion's string and binary views as plain strings and binaries."""
+    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+    return pa.schema([f.with_type(plain.get(f.type, f.type)) for f in schema])
 
 
 def plain_strings(table: pa.Table) -> pa.Table:
@@ -90,10 +119,8 @@ def plain_strings(table: pa.Table) -> pa.Table:
     >>> plain_strings(pa.table({"s": pa.array(["a"], pa.string_view())})).schema.field("s").type
     DataType(string)
     """
-    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
-    if not any(f.type in plain for f in table.schema):
-        return table
-    return table.cast(pa.schema([f.with_type(plain.get(f.type, f.type)) for f in table.schema]))
+    schema = plain_schema(table.schema)
+    return table if schema == table.schema else table.cast(schema)
 
 
 def values_query(table: LineageTable) -> str:

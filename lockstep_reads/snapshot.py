@@ -105,14 +105,22 @@ class Snapshot:
         """Where the Delta table ``name`` lives (``LOCKSTEP_WAREHOUSE``, as for the jobs)."""
         return self.settings.table_location(name)
 
+    def pinned(self, names: Sequence[str]) -> dict[str, tuple[str, int | None]]:
+        """Where each of ``names`` lives and its version in this snapshot (``SnapshotError`` for a
+        table it does not hold, or a lease that lapsed): what another process opens to read it."""
+        for lease in self.leases:
+            lease.check()
+        missing = [n for n in names if n not in self.versions]
+        if missing:
+            raise SnapshotError(f"table {missing[0]!r} is not part of this snapshot (opened for "
+                                f"{', '.join(self.versions)}); open the snapshot with it, or with tables=None for "
+                                "every table")
+        return {n: (self.location(n), self.versions[n]) for n in names}
+
     def open(self, name: str) -> Any:
         """The ``deltalake.DeltaTable`` of ``name`` at this snapshot's version (a changelog table's
         rows as stored: ``sql`` and ``table`` keep each key's newest row, as every reader does)."""
-        for lease in self.leases:
-            lease.check()
-        if name not in self.versions:
-            raise SnapshotError(f"table {name!r} is not part of this snapshot (opened for {', '.join(self.versions)}); "
-                                "open the snapshot with it, or with tables=None for every table")
+        self.pinned([name])
         try:
             return versions_for(self.settings).open(self.location(name), self.versions[name], name)
         except VersionGone as exc:

@@ -27,6 +27,7 @@ from sqlglot.tokens import Tokenizer, TokenType
 
 from coordinator.domain.errors import LockstepError
 from coordinator.domain.lineage import LINEAGE_TABLES
+from coordinator.domain.snapshot import HIDDEN
 
 DIALECT = "postgres"
 CATALOG_SCHEMAS = ("pg_catalog", "information_schema")
@@ -134,6 +135,10 @@ def folded(identifier: exp.Identifier | None) -> str:
 def tables_named(tree: exp.Expression) -> list[str]:
     """The data tables a query reads, sorted: not its CTEs, not catalog or lineage tables.
     Tables may be qualified with the schema ``public``; another schema is not Lockstep's."""
+    hidden = next((i.this for i in tree.find_all(exp.Identifier) if str(i.this).lower().startswith(HIDDEN)), None)
+    if hidden is not None:  # in any scope: a CTE of that name must not make the raw table readable elsewhere
+        raise StatementError(f"{hidden!r} is not a name a read may use: names starting with {HIDDEN} are "
+                             "Lockstep's own")
     ctes = {folded(cte.args["alias"].this) for cte in tree.find_all(exp.CTE) if cte.args.get("alias")}
     named: set[str] = set()
     for table in tree.find_all(exp.Table):

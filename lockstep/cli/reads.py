@@ -118,6 +118,16 @@ def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
         Console().print(table)
 
 
+def _limit(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """A ``serve`` limit flag as ms or bytes (``lockstep_reads.pgwire.limits``), or a usage error."""
+    from lockstep_reads.pgwire import limits
+
+    try:
+        return (limits.size_bytes if param.name == "max_result_size" else limits.duration_ms)(param.name or "", value)
+    except limits.LimitError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[1]) from None
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; another than loopback needs LOCKSTEP_SERVE_PASSWORD.")
@@ -128,8 +138,17 @@ def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
                    "LOCKSTEP_SERVE_PASSWORD (SCRAM-SHA-256).")
 @click.option("--max-connections", default=200, show_default=True, type=click.IntRange(1),
               help="More clients than this are turned away (SQLSTATE 53300).")
+@click.option("--workers", default=4, show_default=True, type=click.IntRange(1, 64),
+              help="Query processes: how many reads run at once (more wait for one, within their timeout).")
+@click.option("--statement-timeout", default="60s", show_default=True, callback=_limit,
+              help="A statement running longer is stopped (57014); 0 never. Clients may SET statement_timeout.")
+@click.option("--max-result-size", default="1GB", show_default=True, callback=_limit,
+              help="A result larger than this ends in an error (53200); 0 no limit. Clients may SET max_result_size.")
+@click.option("--idle-in-transaction-timeout", default="2min", show_default=True, callback=_limit,
+              help="A session idle this long inside BEGIN ... COMMIT ends (25P03) and its lease goes; 0 never.")
 @click.pass_obj
-def serve(settings: Settings, host: str, port: int, trust: str, max_connections: int) -> None:
+def serve(settings: Settings, host: str, port: int, trust: str, max_connections: int, workers: int,
+          statement_timeout: int, max_result_size: int, idle_in_transaction_timeout: int) -> None:
     """Serve the tables to PostgreSQL clients: psql, psycopg, JDBC, BI tools.
 
     User and database are lockstep. Every statement reads one read-committed snapshot of the
@@ -146,6 +165,7 @@ def serve(settings: Settings, host: str, port: int, trust: str, max_connections:
     import signal
 
     from lockstep_reads.pgwire.auth import trusted
+    from lockstep_reads.pgwire.limits import Limits
     from lockstep_reads.pgwire.server import WireServer
 
     if not settings.serve_password and (trust == "none" or not trusted(host, "loopback")):
@@ -155,7 +175,9 @@ def serve(settings: Settings, host: str, port: int, trust: str, max_connections:
         get_json(settings, "/health", timeout=3)
     except Unreachable as exc:
         click.echo(f"warning: {exc}; statements fail until it answers", err=True)
-    server = WireServer(settings, host, port, trust, settings.serve_password, max_connections)
+    limits = Limits(statement_timeout_ms=statement_timeout, idle_in_transaction_ms=idle_in_transaction_timeout,
+                    max_result_bytes=max_result_size)
+    server = WireServer(settings, host, port, trust, settings.serve_password, max_connections, workers, limits)
     stopped_by: list[int] = []
 
     async def run() -> None:

@@ -1,9 +1,14 @@
 """``lockstep serve``: Lockstep's tables to any PostgreSQL client (psql, psycopg, JDBC, BI tools).
 
 An asyncio server speaks the protocol's startup, authentication (``auth.py``), simple query and
-extended query (Parse, Bind, Describe, Execute, Sync, Close) flows; each connection's statements
-run one at a time in a small thread pool (``session.py`` decides what they do), so one slow read
-never stops the others' connections. TLS is not spoken (an SSLRequest is declined, as a server
+extended query (Parse, Bind, Describe, Execute, Sync, Close) flows. What a statement does is
+decided by its connection's ``Session`` (``session.py``) on a small thread pool; a read's rows are
+computed by a query worker process (``workers.py``) and streamed to the socket a batch at a time,
+waiting for the client to take each, so a connection holds a few batches however large its
+result, and a slow reader pauses its own query. The limits (``limits.py``) hold from the first
+byte: a startup deadline, small messages before authentication, a slowed answer to a wrong
+password, a statement size cap, ``statement_timeout``, ``max_result_size`` and
+``idle_in_transaction_session_timeout``. TLS is not spoken (an SSLRequest is declined, as a server
 without certificates does): reach it over loopback, an SSH tunnel or a TLS proxy.
 
 Example::
@@ -15,14 +20,18 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+import math
 import secrets
 import socket
 import struct
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import pyarrow as pa
 from sqlglot.tokens import Tokenizer, TokenType
@@ -31,12 +40,38 @@ from coordinator.settings import Settings
 from lockstep_reads.pgwire import messages as m
 from lockstep_reads.pgwire import types
 from lockstep_reads.pgwire.auth import MECHANISM, AuthFailed, ScramExchange, ScramSecret, trusted
-from lockstep_reads.pgwire.session import REPORTED, Outcome, Session, SqlError
-from lockstep_reads.statements import DIALECT, Kind, Statement, StatementError, classify, split
+from lockstep_reads.pgwire.limits import Limits
+from lockstep_reads.pgwire.session import REPORTED, Outcome, Session, SqlError, sql_error
+from lockstep_reads.pgwire.workers import QueryWorkers, Stopped
+from lockstep_reads.statements import DIALECT, Kind, Statement, classify, split
 
 log = logging.getLogger(__name__)
 DATABASE = USER = "lockstep"
-STARTUP_TIMEOUT_S = 30.0
+STOPPED = {"timeout": "canceling statement due to statement timeout",
+           "cancel": "canceling statement due to user request"}
+
+
+class ClientStalled(ConnectionError):
+    """The client took no rows for the rest of its statement's time: its connection ends."""
+
+
+class Batches(Protocol):
+    """Rows a batch at a time: a query worker's (``workers.Rows``) or a table's."""
+
+    schema: pa.Schema
+
+    def next(self) -> pa.RecordBatch | None: ...
+
+
+class TableBatches:
+    """A table answered in this process (the catalog, SHOW) as ``Batches``."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.schema = table.schema
+        self._batches = iter(table.to_batches())
+
+    def next(self) -> pa.RecordBatch | None:
+        return next(self._batches, None)
 
 
 @dataclass
@@ -50,7 +85,13 @@ class Portal:
     statement: Statement
     result_formats: tuple[int, ...]
     outcome: Outcome | None = None
-    rows: pa.Table | None = None  # the rows still to send (Execute may ask for some at a time)
+    batches: Batches | None = None  # its rows still to send (Execute may ask for some at a time)
+    pending: pa.RecordBatch | None = None  # a batch taken and not sent yet
+    sent: int = 0
+    done: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # frees its query worker
+
+    def close(self) -> None:
+        self.done.close()
 
 
 def parameter_count(text: str) -> int:
@@ -83,8 +124,8 @@ def substitute(text: str, literals: list[str]) -> str:
     return "".join(out) + text[at:]
 
 
-def result_columns(table: pa.Table) -> list[m.Column]:
-    return [m.Column(f.name, (kind := types.pg_type(f.type)).oid, kind.size) for f in table.schema]
+def result_columns(schema: pa.Schema) -> list[m.Column]:
+    return [m.Column(f.name, (kind := types.pg_type(f.type)).oid, kind.size) for f in schema]
 
 
 class Connection:
@@ -92,6 +133,7 @@ class Connection:
 
     def __init__(self, server: WireServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: int) -> None:
         self.server, self.reader, self.writer = server, reader, writer
+        self.limits = server.limits
         self.key, self.secret = key, secrets.randbits(31)
         self.session: Session | None = None
         self.prepared: dict[str, Prepared] = {}
@@ -99,26 +141,66 @@ class Connection:
         self.skipping = False  # after an error in an extended-query batch: until Sync
         self.running = False
         self.cancelled = False
+        self.admitted = False  # counted among the server's connections (started and authenticated)
+        self.deadline = math.inf  # the running statement's, from its statement_timeout
+        self.result_bytes = 0  # what the running statement has sent (max_result_size)
 
-    async def read_message(self) -> tuple[bytes, bytes]:
+    # -- bytes in and out ------------------------------------------------------------------------
+
+    async def read_message(self) -> tuple[bytes, bytes | None]:
+        """The next message's kind and body; None for a body past the size cap (read and
+        dropped without being held: the caller answers 54000). Before authentication a large
+        message ends the connection."""
         head = await self.reader.readexactly(5)
         (size,) = struct.unpack("!I", head[1:])
-        if size < 4 or size > 256 * 1024 * 1024:
+        if size < 4:
             raise m.ProtocolError(f"a message of {size} bytes")
+        if self.session is None and size > self.limits.preauth_bytes:
+            raise m.ProtocolError(f"a message of {size} bytes before authentication")
+        if size - 4 > self.limits.statement_bytes + 64 * 1024:
+            left = size - 4
+            while left:
+                left -= len(await self.reader.readexactly(min(left, 1 << 16)))
+            return head[:1], None
         return head[:1], await self.reader.readexactly(size - 4)
+
+    def too_long(self) -> SqlError:
+        return SqlError("54000", f"statement is too long: at most {self.limits.statement_bytes} bytes",
+                        "split it, or pass large values as parameters of a prepared statement")
 
     def send(self, *chunks: bytes) -> None:
         self.writer.write(b"".join(chunks))
+
+    async def drain(self) -> None:
+        """Wait until the client has taken what was sent, for the rest of the statement's time
+        at most (``ClientStalled`` then: a client that reads nothing holds nothing for long)."""
+        left = self.deadline - time.monotonic()
+        try:
+            await asyncio.wait_for(self.writer.drain(), None if math.isinf(left) else max(left, 0.001))
+        except TimeoutError:
+            raise ClientStalled("the client took no rows until its statement's timeout") from None
 
     async def fatal(self, sqlstate: str, text: str) -> None:
         self.send(m.error_response(sqlstate, text, "FATAL"))
         await self.writer.drain()
 
-    async def startup(self) -> bool:
-        """Startup and authentication; False if the connection ends here (declined, cancelled, refused)."""
+    async def in_pool(self, work: Callable[..., Any], *args: Any) -> Any:
+        """``work`` on the server's threads: parsing, a session's decisions, waiting for a worker."""
+        return await asyncio.get_running_loop().run_in_executor(self.server.pool, work, *args)
+
+    async def with_rows(self, work: Callable[[], Any]) -> Any:
+        """``work`` that waits for a query worker's rows, on threads of their own: one per
+        worker, never taken by the statements still waiting for a worker."""
+        return await asyncio.get_running_loop().run_in_executor(self.server.rows_pool, work)
+
+    # -- startup ---------------------------------------------------------------------------------
+
+    async def startup(self) -> dict[str, str] | None:
+        """Startup and authentication: the client's parameters, or None if the connection ends
+        here (declined, cancelled, refused)."""
         while True:
             (size,) = struct.unpack("!I", await self.reader.readexactly(4))
-            if not 8 <= size <= 10_000:
+            if not 8 <= size <= self.limits.preauth_bytes:
                 raise m.ProtocolError(f"a startup packet of {size} bytes")
             body = await self.reader.readexactly(size - 4)
             code, parameters = m.parse_startup(body)
@@ -128,31 +210,33 @@ class Connection:
                 continue
             if code == m.CANCEL_REQUEST and len(body) == 12:
                 self.server.cancel(*struct.unpack("!II", body[4:]))
-                return False
+                return None
             if code != m.PROTOCOL_3:
                 await self.fatal("0A000", f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: use 3.0")
-                return False
+                return None
             break
         user, database = parameters.get("user", ""), parameters.get("database") or parameters.get("user", "")
         if user != USER:
             await self.fatal("28000", f'role "{user}" does not exist: connect as user {USER} (-U {USER})')
-            return False
+            return None
         if database != DATABASE:
             await self.fatal("3D000", f'database "{database}" does not exist: connect to database {DATABASE} (-d {DATABASE})')
-            return False
+            return None
         peer = self.writer.get_extra_info("peername") or ("", 0)
         if not trusted(str(peer[0]), self.server.trust):
             if not await self.authenticate():
-                return False
-        self.session = Session(self.server.settings, {"application_name": parameters.get("application_name", "")})
+                return None
+        return {"application_name": parameters.get("application_name", "")}
+
+    def welcome(self, parameters: dict[str, str]) -> None:
+        self.session = Session(self.server.settings, parameters, self.limits)
         self.send(m.authentication(0), *(m.parameter_status(k, v) for k, v in self.session.parameters.items()
                                           if k in REPORTED), m.backend_key_data(self.key, self.secret),
                   m.ready_for_query("I"))
-        await self.writer.drain()
-        return True
 
     async def authenticate(self) -> bool:
-        """SCRAM-SHA-256 against ``LOCKSTEP_SERVE_PASSWORD``; False (after a FATAL) if it fails."""
+        """SCRAM-SHA-256 against ``LOCKSTEP_SERVE_PASSWORD``; False (after a FATAL) if it fails,
+        answered only after ``auth_failure_delay_s`` so passwords cannot be guessed quickly."""
         if self.server.secret is None:
             await self.fatal("28000", "this client is not on loopback and no password is set: set "
                                       "LOCKSTEP_SERVE_PASSWORD for lockstep serve (docs/reads.md)")
@@ -162,7 +246,7 @@ class Connection:
         await self.writer.drain()
         try:
             kind, body = await self.read_message()
-            r = m.Reader(body)
+            r = m.Reader(body or b"")
             if kind != b"p" or r.cstring() != MECHANISM:
                 raise AuthFailed(f"use {MECHANISM}")
             first = r.take(r.int32()).decode()
@@ -171,27 +255,86 @@ class Connection:
             kind, body = await self.read_message()
             if kind != b"p":
                 raise AuthFailed("expected the client's SCRAM proof")
-            self.send(m.authentication(12, exchange.final(body.decode()).encode()))
+            self.send(m.authentication(12, exchange.final((body or b"").decode()).encode()))
             return True
-        except (AuthFailed, UnicodeDecodeError) as exc:
-            await self.fatal("28P01", f'password authentication failed for user "{USER}" ({exc})')
+        except (asyncio.IncompleteReadError, ConnectionError, m.ProtocolError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a wrong proof or a malformed SASL body: refused, never a traceback
+            reason = str(exc) if isinstance(exc, AuthFailed) else "malformed SASL message"
+            await asyncio.sleep(self.limits.auth_failure_delay_s)
+            await self.fatal("28P01", f'password authentication failed for user "{USER}" ({reason})')
             return False
 
-    async def run(self, statement: Statement) -> Outcome:
-        self.running, self.cancelled = True, False
+    # -- running statements ----------------------------------------------------------------------
+
+    def stopped(self) -> str | None:
+        return "cancel" if self.cancelled else None
+
+    @contextlib.asynccontextmanager
+    async def statement(self) -> Any:
+        """One statement's time: its deadline (statement_timeout) starts, a cancel reaches it."""
+        assert self.session is not None
+        timeout_ms = self.session.limit("statement_timeout")
+        self.deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else math.inf
+        self.running, self.cancelled, self.result_bytes = True, False, 0
         try:
-            assert self.session is not None
-            outcome = await asyncio.get_running_loop().run_in_executor(self.server.pool, self.session.execute, statement)
+            yield
         finally:
-            self.running = False
+            self.running, self.deadline = False, math.inf
+
+    async def run(self, statement: Statement) -> Outcome:
+        assert self.session is not None
+        outcome: Outcome = await self.in_pool(self.session.execute, statement)
         if self.cancelled:
-            raise SqlError("57014", "canceling statement due to user request")
+            raise SqlError("57014", STOPPED["cancel"])
         return outcome
 
+    async def start(self, portal: Portal) -> Outcome:
+        """Run the portal's statement (once): a read's rows are then ready to be taken."""
+        if portal.outcome is None:
+            portal.outcome = outcome = await self.run(portal.statement)
+            self.send_outcome_head(outcome)
+            if outcome.job is not None:
+                workers = self.server.workers
+                worker = await self.in_pool(workers.take, self.deadline, self.stopped)
+                rows = portal.done.enter_context(workers.running(worker, outcome.job, self.deadline, self.stopped))
+                await self.with_rows(rows.start)
+                portal.batches = rows
+            elif outcome.table is not None:
+                portal.batches = TableBatches(outcome.table)
+        return portal.outcome
+
+    async def send_rows(self, portal: Portal, formats: list[int], max_rows: int = 0) -> bool:
+        """Send the portal's rows, at most ``max_rows`` (0: all), each batch once the client
+        took the last; True if rows are left (the portal is suspended)."""
+        assert portal.batches is not None and self.session is not None
+        limit, sent = self.session.limit("max_result_size"), 0
+        while max_rows <= 0 or sent < max_rows:
+            batch = portal.pending if portal.pending is not None else await self.with_rows(portal.batches.next)
+            portal.pending = None
+            if batch is None:
+                return False
+            if max_rows > 0 and batch.num_rows > max_rows - sent:
+                batch, portal.pending = batch.slice(0, max_rows - sent), batch.slice(max_rows - sent)
+            data = types.data_rows(pa.Table.from_batches([batch]), formats)
+            self.result_bytes += len(data)
+            if limit and self.result_bytes > limit:
+                raise SqlError("53200", f"result exceeds max size of {limit} bytes",
+                               "SET max_result_size to allow more, or read less (LIMIT, fewer columns)")
+            self.send(data)
+            await self.drain()
+            sent += batch.num_rows
+            portal.sent += batch.num_rows
+        portal.pending = portal.pending if portal.pending is not None else await self.with_rows(portal.batches.next)
+        return portal.pending is not None
+
     def send_error(self, exc: Exception) -> None:
-        error = exc if isinstance(exc, SqlError) else SqlError("42601" if isinstance(exc, StatementError) else "XX000",
-                                                               str(exc))
+        if isinstance(exc, Stopped):
+            exc = SqlError("57014", STOPPED[exc.why])
+        error = sql_error(exc)
         self.send(m.error_response(error.sqlstate, str(error), hint=error.hint))
+        if self.session is not None and self.session.in_block:
+            self.session.failed = True
 
     def send_outcome_head(self, outcome: Outcome) -> None:
         if outcome.notice:
@@ -200,29 +343,39 @@ class Connection:
         for name, value in outcome.reported.items():
             self.send(m.parameter_status(name, value))
 
-    async def simple_query(self, text: str) -> None:
+    async def simple_query(self, text: str | None) -> None:
         try:
-            for statement in split(text):
+            if text is None:
+                raise self.too_long()
+            for statement in await self.in_pool(split, text):
                 if statement.kind == Kind.EMPTY:
                     self.send(m.EMPTY_QUERY)
                     continue
-                outcome = await self.run(statement)
-                self.send_outcome_head(outcome)
-                if outcome.table is not None:
-                    formats = [0] * outcome.table.num_columns
-                    self.send(m.row_description(result_columns(outcome.table), formats),
-                              types.data_rows(outcome.table, formats))
-                self.send(m.command_complete(outcome.tag))
+                portal = Portal(statement, ())
+                try:
+                    async with self.statement():
+                        outcome = await self.start(portal)
+                        if portal.batches is not None:
+                            formats = [0] * len(portal.batches.schema)
+                            self.send(m.row_description(result_columns(portal.batches.schema), formats))
+                            await self.send_rows(portal, formats)
+                finally:
+                    portal.close()
+                self.send(m.command_complete(f"SELECT {portal.sent}" if outcome.job is not None else outcome.tag))
+        except ConnectionError:
+            raise
         except Exception as exc:  # noqa: BLE001 - every error goes to the client; the connection lives on
             self.send_error(exc)
         assert self.session is not None
         self.send(m.ready_for_query(self.session.status))
         await self.writer.drain()
 
-    def bind(self, bind: m.Bind) -> None:
+    async def bind(self, bind: m.Bind) -> None:
         prepared = self.prepared.get(bind.statement)
         if prepared is None:
             raise SqlError("26000", f'prepared statement "{bind.statement}" does not exist')
+        if bind.portal and bind.portal not in self.portals and len(self.portals) >= self.limits.prepared:
+            raise SqlError("54000", f"too many portals ({self.limits.prepared}): close some")
         formats = m.formats_for(bind.parameter_formats, len(bind.parameters))
         oids = prepared.parameter_types + [0] * (len(bind.parameters) - len(prepared.parameter_types))
         try:
@@ -230,7 +383,14 @@ class Connection:
         except types.ParameterError as exc:
             raise SqlError("22P02", str(exc)) from exc
         text = substitute(prepared.statement.text, literals) if literals else prepared.statement.text
-        self.portals[bind.portal] = Portal(classify(text) if literals else prepared.statement, bind.result_formats)
+        statement = await self.in_pool(classify, text) if literals else prepared.statement
+        self.close_portal(bind.portal)
+        self.portals[bind.portal] = Portal(statement, bind.result_formats)
+
+    def close_portal(self, name: str) -> None:
+        portal = self.portals.pop(name, None)
+        if portal is not None:
+            portal.close()
 
     async def describe(self, what: str, name: str) -> None:
         if what == "S":
@@ -241,31 +401,32 @@ class Connection:
             oids = [o or types.TEXT.oid for o in prepared.parameter_types] + [types.TEXT.oid] * (
                 count - len(prepared.parameter_types))
             self.send(m.parameter_description(oids))
-            table = await self.shape(prepared.statement, count)
-            self.send(m.row_description(result_columns(table), []) if table is not None else m.NO_DATA)
+            schema = await self.shape(prepared.statement, count)
+            self.send(m.row_description(result_columns(schema), []) if schema is not None else m.NO_DATA)
             return
         portal = self.portals.get(name)
         if portal is None:
             raise SqlError("34000", f'portal "{name}" does not exist')
-        outcome = await self.execute_portal(portal)
-        self.send(m.row_description(result_columns(outcome.table), portal.result_formats)
-                  if outcome.table is not None else m.NO_DATA)
+        async with self.statement():
+            await self.start(portal)
+        self.send(m.row_description(result_columns(portal.batches.schema), portal.result_formats)
+                  if portal.batches is not None else m.NO_DATA)
 
-    async def shape(self, statement: Statement, parameters: int) -> pa.Table | None:
+    async def shape(self, statement: Statement, parameters: int) -> pa.Schema | None:
         """The columns a statement's rows will have, before its parameters are bound."""
         if statement.kind == Kind.SHOW:
-            return (await self.run(statement)).table
-        if statement.kind != Kind.QUERY:
+            probe = Portal(statement, ())
+        elif statement.kind == Kind.QUERY:
+            text = substitute(statement.text, ["NULL"] * parameters).rstrip().rstrip(";")
+            probe = Portal(await self.in_pool(classify, f"SELECT * FROM ({text}) AS __shape LIMIT 0"), ())
+        else:
             return None
-        text = substitute(statement.text, ["NULL"] * parameters).rstrip().rstrip(";")
-        return (await self.run(classify(f"SELECT * FROM ({text}) AS __lockstep_shape LIMIT 0"))).table
-
-    async def execute_portal(self, portal: Portal) -> Outcome:
-        if portal.outcome is None:
-            portal.outcome = await self.run(portal.statement)
-            self.send_outcome_head(portal.outcome)
-            portal.rows = portal.outcome.table
-        return portal.outcome
+        try:
+            async with self.statement():
+                await self.start(probe)
+            return probe.batches.schema if probe.batches is not None else None
+        finally:
+            probe.close()
 
     async def execute(self, name: str, max_rows: int) -> None:
         portal = self.portals.get(name)
@@ -274,21 +435,20 @@ class Connection:
         if portal.statement.kind == Kind.EMPTY:
             self.send(m.EMPTY_QUERY)
             return
-        outcome = await self.execute_portal(portal)
-        rows = portal.rows
-        if rows is not None:
-            batch = rows if max_rows <= 0 else rows.slice(0, max_rows)
-            self.send(types.data_rows(batch, m.formats_for(portal.result_formats, rows.num_columns)))
-            portal.rows = rows.slice(batch.num_rows)
-            if portal.rows.num_rows:
-                self.send(m.PORTAL_SUSPENDED)
-                return
-        self.send(m.command_complete(outcome.tag))
+        async with self.statement():
+            outcome = await self.start(portal)
+            if portal.batches is not None:
+                formats = m.formats_for(portal.result_formats, len(portal.batches.schema))
+                if await self.send_rows(portal, formats, max_rows):
+                    self.send(m.PORTAL_SUSPENDED)
+                    return
+        portal.close()
+        self.send(m.command_complete(f"SELECT {portal.sent}" if outcome.job is not None else outcome.tag))
 
-    async def extended(self, kind: bytes, body: bytes) -> None:
+    async def extended(self, kind: bytes, body: bytes | None) -> None:
         if kind == b"S":  # Sync: the batch ends
             self.skipping = False
-            self.portals.pop("", None)
+            self.close_portal("")
             assert self.session is not None
             self.send(m.ready_for_query(self.session.status))
             await self.writer.drain()
@@ -299,15 +459,20 @@ class Connection:
         if self.skipping:
             return
         try:
+            if body is None:
+                raise self.too_long()
             if kind == b"P":
                 parse = m.read_parse(body)
-                statements = split(parse.query)
+                statements = await self.in_pool(split, parse.query)
                 if len(statements) > 1:
                     raise SqlError("42601", "cannot insert multiple commands into a prepared statement")
+                if parse.statement and parse.statement not in self.prepared and len(self.prepared) >= self.limits.prepared:
+                    raise SqlError("54000", f"too many prepared statements ({self.limits.prepared}): close some "
+                                   "(Close, DEALLOCATE, or a smaller statement cache in the driver)")
                 self.prepared[parse.statement] = Prepared(statements[0], list(parse.parameter_types))
                 self.send(m.PARSE_COMPLETE)
             elif kind == b"B":
-                self.bind(m.read_bind(body))
+                await self.bind(m.read_bind(body))
                 self.send(m.BIND_COMPLETE)
             elif kind == b"D":
                 r = m.Reader(body)
@@ -318,55 +483,94 @@ class Connection:
             elif kind == b"C":
                 r = m.Reader(body)
                 what, name = r.take(1), r.cstring()
-                (self.prepared if what == b"S" else self.portals).pop(name, None)  # type: ignore[arg-type]
+                if what == b"S":
+                    self.prepared.pop(name, None)
+                else:
+                    self.close_portal(name)
                 self.send(m.CLOSE_COMPLETE)
             else:
                 raise SqlError("0A000", f"protocol message {kind.decode(errors='replace')!r} is not supported here "
                                         "(COPY and function calls are not: Lockstep's tables are read with SELECT)")
+        except ConnectionError:
+            raise
         except Exception as exc:  # noqa: BLE001 - the client hears of every error; the batch is skipped to Sync
             self.send_error(exc)
             self.skipping = True
-            if self.session is not None and self.session.in_block:
-                self.session.failed = True
+
+    async def next_message(self) -> tuple[bytes, bytes | None]:
+        """The next message; inside a transaction block, waited for at most the session's
+        idle_in_transaction_session_timeout (then the session ends: 25P03)."""
+        assert self.session is not None
+        idle_ms = self.session.limit("idle_in_transaction_session_timeout") if self.session.in_block else 0
+        if not idle_ms:
+            return await self.read_message()
+        try:
+            return await asyncio.wait_for(self.read_message(), idle_ms / 1000)
+        except TimeoutError:
+            await self.fatal("25P03", "terminating connection due to idle-in-transaction timeout")
+            raise ClientStalled("idle in a transaction past its timeout") from None
 
     async def serve(self) -> None:
         try:
-            if not await asyncio.wait_for(self.startup(), STARTUP_TIMEOUT_S):
+            try:
+                parameters = await asyncio.wait_for(self.startup(), self.limits.startup_s)
+            except TimeoutError:
+                log.debug("connection %d did not start within %.0f s", self.key, self.limits.startup_s)
                 return
+            if parameters is None or not self.server.admit(self):
+                await self.writer.drain()
+                return
+            self.welcome(parameters)
+            await self.writer.drain()
             while True:
-                kind, body = await self.read_message()
+                kind, body = await self.next_message()
                 if kind == b"X":
                     return
                 if kind == b"Q":
-                    await self.simple_query(m.Reader(body).cstring())
+                    await self.simple_query(None if body is None else m.Reader(body).cstring())
                 else:
                     await self.extended(kind, body)
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, m.ProtocolError) as exc:
+        except (asyncio.IncompleteReadError, ConnectionError, m.ProtocolError) as exc:
             log.debug("connection %d ended: %s", self.key, exc)
         finally:
+            for name in list(self.portals):
+                self.close_portal(name)
             if self.session is not None:
-                await asyncio.get_running_loop().run_in_executor(self.server.pool, self.session.close)
+                await self.in_pool(self.session.close)
             self.writer.close()
 
 
 class WireServer:
     """See the module. ``trust``: ``loopback`` lets loopback clients in without a password,
-    ``none`` asks every client for ``password``."""
+    ``none`` asks every client for ``password``. ``workers`` query processes run reads; at most
+    ``max_connections`` clients are in at once, and as many more may be starting (their
+    startup ends after ``limits.startup_s``)."""
 
     def __init__(self, settings: Settings, host: str = "127.0.0.1", port: int = 5433, trust: str = "loopback",
-                 password: str = "", max_connections: int = 200, workers: int = 4) -> None:
+                 password: str = "", max_connections: int = 200, workers: int = 4, limits: Limits | None = None) -> None:
         self.settings, self.host, self.port, self.trust = settings, host, port, trust
         self.secret = ScramSecret.of(password) if password else None
-        self.max_connections = max_connections
-        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="lockstep-serve")
-        self.connections: dict[int, Connection] = {}
+        self.max_connections, self.worker_count = max_connections, workers
+        self.limits = limits or Limits()
+        # a session's decisions, parsing, the wait for a query worker; then the waits for rows
+        self.pool = ThreadPoolExecutor(2 * workers + 4, thread_name_prefix="lockstep-serve")
+        self.rows_pool = ThreadPoolExecutor(workers + 1, thread_name_prefix="lockstep-rows")
+        self.connections: dict[int, Connection] = {}  # in: started and authenticated
+        self.starting = 0
         self._keys = itertools.count(1)
         self._server: asyncio.Server | None = None
         self._stopped = asyncio.Event()
+        self._workers: QueryWorkers | None = None
+
+    @property
+    def workers(self) -> QueryWorkers:
+        assert self._workers is not None, "serve() starts the query workers"
+        return self._workers
 
     async def serve(self, ready: Callable[[], None] = lambda: None) -> None:
         """Listen until ``stop``; ``ready`` is called once the port is bound."""
         self._server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
+        self._workers = QueryWorkers(self.settings, self.worker_count)
         ready()
         try:
             await self._stopped.wait()
@@ -374,8 +578,10 @@ class WireServer:
             self._server.close()
             for connection in list(self.connections.values()):
                 connection.writer.close()
+            self._workers.close()
             await self._server.wait_closed()
             self.pool.shutdown(wait=True, cancel_futures=True)
+            self.rows_pool.shutdown(wait=True, cancel_futures=True)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -384,20 +590,34 @@ class WireServer:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # a vanished client's lease goes too
-        key = next(self._keys)
-        connection = Connection(self, reader, writer, key)
-        if len(self.connections) >= self.max_connections:
-            await connection.fatal("53300", f"sorry, too many clients already ({self.max_connections})")
+        if self.starting >= self.max_connections:  # silent sockets: never more than this many at once
             writer.close()
             return
-        self.connections[key] = connection
+        key = next(self._keys)
+        connection = Connection(self, reader, writer, key)
+        self.starting += 1
         try:
             await connection.serve()
         finally:
-            self.connections.pop(key, None)
+            if connection.admitted:
+                self.connections.pop(key, None)
+            else:
+                self.starting -= 1
+
+    def admit(self, connection: Connection) -> bool:
+        """Move a started connection in, unless ``max_connections`` clients are in already."""
+        if len(self.connections) >= self.max_connections:
+            connection.send(m.error_response("53300", f"sorry, too many clients already ({self.max_connections})",
+                                             "FATAL"))
+            return False
+        self.starting -= 1
+        connection.admitted = True
+        self.connections[connection.key] = connection
+        return True
 
     def cancel(self, key: int, secret: int) -> None:
-        """A CancelRequest: the statement that connection runs ends in an error instead of its rows."""
+        """A CancelRequest: the statement that connection runs ends at once with 57014 (a
+        running query's worker process is killed)."""
         target = self.connections.get(key)
         if target is not None and target.secret == secret and target.running:
             target.cancelled = True

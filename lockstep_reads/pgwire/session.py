@@ -31,9 +31,11 @@ from coordinator.domain.errors import UnknownTables
 from coordinator.domain.snapshot import ReadLevel, epoch_ms
 from coordinator.settings import Settings
 from lockstep_reads.engine import QueryError
-from lockstep_reads.pgwire import catalog
-from lockstep_reads.snapshot import Snapshot, open_snapshot, query
-from lockstep_reads.statements import Kind, Refused, Statement, StatementError, tables_named
+from lockstep_reads.pgwire import catalog, limits
+from lockstep_reads.pgwire.limits import Limits
+from lockstep_reads.pgwire.workers import Job
+from lockstep_reads.snapshot import Snapshot, lineage_tables, open_snapshot
+from lockstep_reads.statements import Kind, Refused, Statement, StatementError, lineage_named, tables_named
 from lockstep_reads.tables import UnreadableTable, VersionGone
 
 SERVER_VERSION, SERVER_VERSION_NUM = "15.0", "150000"  # what psql and drivers adapt their catalog queries to
@@ -65,6 +67,7 @@ class Outcome:
 
     tag: str
     table: pa.Table | None = None
+    job: Job | None = None  # a read: its rows come from a query worker (``server.py`` streams them)
     reported: dict[str, str] = field(default_factory=dict)
     notice: str = ""
 
@@ -103,9 +106,10 @@ def unquoted(value: str) -> str:
 class Session:
     """See the module. Not thread-safe: one statement at a time, as the protocol sends them."""
 
-    def __init__(self, settings: Settings, parameters: dict[str, str] | None = None) -> None:
+    def __init__(self, settings: Settings, parameters: dict[str, str] | None = None, bounds: Limits | None = None) -> None:
         self.settings = settings
-        self.parameters = {**REPORTED, **(parameters or {})}
+        self.limits = bounds or Limits()
+        self.parameters = {**REPORTED, **self.limits.defaults(), **(parameters or {})}
         self.default_level: str = ReadLevel.READ_COMMITTED
         self.in_block = False
         self.failed = False
@@ -156,8 +160,7 @@ class Session:
         answered = catalog.answer(tree, text, self)
         if answered is not None:
             return Outcome(f"SELECT {answered.num_rows}", answered)
-        table = self._read(statement, tables_named(tree))
-        return Outcome(f"SELECT {table.num_rows}", table)
+        return Outcome("SELECT", job=self._read(statement, tables_named(tree)))
 
     def _begin(self, text: str) -> Outcome:
         if self.in_block:
@@ -175,12 +178,14 @@ class Session:
         self.in_block = self.failed = self.read_in_block = False
         self.level = self.default_level
 
-    def _read(self, statement: Statement, names: list[str]) -> pa.Table:
+    def _read(self, statement: Statement, names: list[str]) -> Job:
+        """Pin the versions ``statement`` reads (at the session's read level) and say what to run."""
         started = time.time()
+        lineage = dict(lineage_tables(self.settings)) if statement.tree is not None and lineage_named(statement.tree) \
+            else None
         if not names:
-            table = query(statement, settings=self.settings).table
             self.last_read = {"barrier": None, "versions": {}}
-            return table
+            return Job(statement.text, {}, lineage)
         as_of = self.as_of_barrier is not None or self.as_of_timestamp is not None
         level = self.level if self.in_block else self.default_level
         if self.in_block:
@@ -189,15 +194,21 @@ class Session:
             if self.held is None:
                 self.held = open_snapshot(names, level, settings=self.settings)
             self.held.extend(names)
-            table = self.held.sql(statement.text)
-            barrier, versions, data_ts = self.held.barrier, self.held.versions, self.held.data_ts_ms
-        else:
-            result = query(statement, level if level != ReadLevel.REPEATABLE_READ else ReadLevel.READ_COMMITTED,
-                           self.as_of_barrier, self.as_of_timestamp, self.settings)
-            table, barrier, versions, data_ts = result.table, result.barrier, result.versions, result.data_ts_ms
-        self.last_read = {"barrier": barrier, "versions": {n: versions[n] for n in names},
-                          "staleness_ms": None if data_ts is None else int(started * 1000) - data_ts}
-        return table
+            snapshot = self.held
+        else:  # a snapshot of this statement alone: it holds no lease, closed at once
+            snapshot = open_snapshot(names, level if level != ReadLevel.REPEATABLE_READ else ReadLevel.READ_COMMITTED,
+                                     self.as_of_barrier, self.as_of_timestamp, self.settings)
+            snapshot.close()
+        tables = snapshot.pinned(names)
+        self.last_read = {"barrier": snapshot.barrier, "versions": {n: v for n, (_, v) in tables.items()},
+                          "staleness_ms": None if snapshot.data_ts_ms is None else
+                          int(started * 1000) - snapshot.data_ts_ms}
+        return Job(statement.text, tables, lineage)
+
+    def limit(self, name: str) -> int:
+        """The session's value of a settable limit (``limits.SETTABLE``): ms, or bytes; 0 is off."""
+        value = self.parameters[name]
+        return limits.size_bytes(name, value) if name == "max_result_size" else limits.duration_ms(name, value)
 
     def _set(self, text: str, tag: str = "SET") -> Outcome:
         if re.match(r"^set\s+(session\s+characteristics\s+as\s+)?transaction\b", text, re.I):
@@ -219,6 +230,13 @@ class Session:
         default = value.lower() in ("default", "") and not match["value"].startswith("'")
         if name.lower().startswith("lockstep."):
             self._set_lockstep(name.lower(), None if default else value)
+            return Outcome(tag)
+        if name.lower() in limits.SETTABLE:
+            name = name.lower()
+            try:
+                self.parameters[name] = self.limits.defaults()[name] if default else limits.check(name, value)
+            except limits.LimitError as exc:
+                raise SqlError("22023", str(exc)) from exc
             return Outcome(tag)
         known = {k.lower(): k for k in self.parameters}
         name = known.get(name.lower(), name.lower())

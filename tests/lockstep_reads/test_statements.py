@@ -59,6 +59,17 @@ def test_a_schema_other_than_public_is_an_error_that_names_it() -> None:
         tables_named(split("SELECT * FROM sales.orders")[0].tree)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM orders, __lockstep_t0 WHERE EXISTS (WITH __lockstep_t0 AS (SELECT 1) SELECT 1)",
+    "WITH __LOCKSTEP_T0 AS (SELECT 1) SELECT * FROM __lockstep_t0",
+    'SELECT "__lockstep_key" FROM orders',
+    "SELECT * FROM public.__lockstep_t1",
+])
+def test_lockstep_s_own_names_are_refused_in_every_scope(sql: str) -> None:
+    with pytest.raises(StatementError, match="names starting with __lockstep_ are Lockstep's own"):
+        tables_named(split(sql)[0].tree)  # type: ignore[arg-type]
+
+
 def test_a_statement_knows_its_verb() -> None:
     assert split("  insert into t values (1)")[0].verb == "INSERT"
     assert split("")[0].kind == Kind.EMPTY
