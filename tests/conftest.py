@@ -27,7 +27,7 @@ from coordinator.settings import Settings
 from tests.support import ROOT, up_on_a_free_port
 
 pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.support.pipelines", "tests.support.browser",
-                  "tests.support.http_sink", "tests.support.cdc", "tests.support.clicks"]
+                  "tests.support.http_sink", "tests.support.cdc", "tests.support.clicks", "tests.support.serving"]
 
 # Fixtures that start a server, a JVM or a browser: a test using one (directly or through another
 # fixture, such as ``settings``) is marked ``integration`` here, so the fast tier (``-m "not

@@ -544,7 +544,7 @@ class WireServer:
     """See the module. ``trust``: ``loopback`` lets loopback clients in without a password,
     ``none`` asks every client for ``password``. ``workers`` query processes run reads; at most
     ``max_connections`` clients are in at once, and as many more may be starting (their
-    startup ends after ``limits.startup_s``)."""
+    startup ends after ``limits.startup_s``; one more makes the oldest of them give way)."""
 
     def __init__(self, settings: Settings, host: str = "127.0.0.1", port: int = 5433, trust: str = "loopback",
                  password: str = "", max_connections: int = 200, workers: int = 4, limits: Limits | None = None) -> None:
@@ -556,7 +556,7 @@ class WireServer:
         self.pool = ThreadPoolExecutor(2 * workers + 4, thread_name_prefix="lockstep-serve")
         self.rows_pool = ThreadPoolExecutor(workers + 1, thread_name_prefix="lockstep-rows")
         self.connections: dict[int, Connection] = {}  # in: started and authenticated
-        self.starting = 0
+        self.starting: dict[int, Connection] = {}  # still in startup, oldest first
         self._keys = itertools.count(1)
         self._server: asyncio.Server | None = None
         self._stopped = asyncio.Event()
@@ -590,19 +590,19 @@ class WireServer:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # a vanished client's lease goes too
-        if self.starting >= self.max_connections:  # silent sockets: never more than this many at once
-            writer.close()
-            return
         key = next(self._keys)
         connection = Connection(self, reader, writer, key)
-        self.starting += 1
+        if len(self.starting) >= self.max_connections:  # the oldest still starting gives way: silent
+            oldest = next(iter(self.starting.values()))  # sockets never lock a client out
+            oldest.writer.close()
+            self.starting.pop(oldest.key, None)
+        self.starting[key] = connection
         try:
             await connection.serve()
         finally:
+            self.starting.pop(key, None)
             if connection.admitted:
                 self.connections.pop(key, None)
-            else:
-                self.starting -= 1
 
     def admit(self, connection: Connection) -> bool:
         """Move a started connection in, unless ``max_connections`` clients are in already."""
@@ -610,7 +610,7 @@ class WireServer:
             connection.send(m.error_response("53300", f"sorry, too many clients already ({self.max_connections})",
                                              "FATAL"))
             return False
-        self.starting -= 1
+        self.starting.pop(connection.key, None)
         connection.admitted = True
         self.connections[connection.key] = connection
         return True
