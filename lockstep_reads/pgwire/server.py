@@ -257,9 +257,9 @@ class Connection:
                 raise AuthFailed("expected the client's SCRAM proof")
             self.send(m.authentication(12, exchange.final((body or b"").decode()).encode()))
             return True
-        except (asyncio.IncompleteReadError, ConnectionError, m.ProtocolError):
+        except (asyncio.IncompleteReadError, ConnectionError):
             raise
-        except Exception as exc:  # noqa: BLE001 - a wrong proof or a malformed SASL body: refused, never a traceback
+        except Exception as exc:  # noqa: BLE001 - a wrong proof, a malformed or oversized SASL body: refused, no traceback
             reason = str(exc) if isinstance(exc, AuthFailed) else "malformed SASL message"
             await asyncio.sleep(self.limits.auth_failure_delay_s)
             await self.fatal("28P01", f'password authentication failed for user "{USER}" ({reason})')

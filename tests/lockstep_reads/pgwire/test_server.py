@@ -4,6 +4,8 @@ its lease, bad input is answered with an error and the server goes on serving.""
 
 from __future__ import annotations
 
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -153,8 +155,22 @@ def test_a_password_is_proved_with_scram_and_bad_setups_are_refused(base_setting
                                   "LOCKSTEP_COORDINATOR_URL": f"http://127.0.0.1:{free_port()}"})
     served = serve(settings, "--trust", "none", env={"LOCKSTEP_SERVE_PASSWORD": "s3cret 'pw"})
     assert served.psql("SELECT 40 + 2 AS answer", password="s3cret 'pw").stdout.split()[2] == "42"
+    began = time.monotonic()
     wrong = served.psql("SELECT 1", password="nope")
     assert wrong.returncode == 2 and 'password authentication failed for user "lockstep"' in wrong.stderr, wrong
+    assert time.monotonic() - began >= 1.0  # a wrong password is answered after a second: no fast guessing
+    # a malformed SASL body: refused like a wrong password, without a traceback in the server's log
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+        params = b"user\x00lockstep\x00database\x00lockstep\x00\x00"
+        sock.sendall(struct.pack("!II", 8 + len(params), 196608) + params)
+        assert sock.recv(1) == b"R"
+        sock.recv(1 << 16)
+        sock.sendall(b"p" + struct.pack("!I", 4 + 20) + b"SCRAM-SHA-256\x00" + b"\xff\xff\xff\x7f\x00\x00")
+        answer = b""
+        while chunk := sock.recv(1 << 16):
+            answer += chunk
+    assert answer[:1] == b"E" and b"28P01" in answer, answer
+    assert "Traceback" not in served.log.read_text()
     with psycopg.connect(served.dsn(password="s3cret 'pw")) as conn:
         assert conn.execute("SELECT current_user, current_database(), version()").fetchone()[:2] == ("lockstep",
                                                                                                        "lockstep")
