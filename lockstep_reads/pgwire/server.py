@@ -42,7 +42,7 @@ from lockstep_reads.pgwire import types
 from lockstep_reads.pgwire.auth import MECHANISM, AuthFailed, ScramExchange, ScramSecret, trusted
 from lockstep_reads.pgwire.limits import Limits
 from lockstep_reads.pgwire.session import REPORTED, Outcome, Session, SqlError, sql_error
-from lockstep_reads.pgwire.workers import QueryWorkers, Stopped
+from lockstep_reads.pgwire.workers import QueryWorkers, Rows, Stopped
 from lockstep_reads.statements import DIALECT, Kind, Statement, classify, split
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,8 @@ class Batches(Protocol):
 
     schema: pa.Schema
 
+    def ready(self) -> bool: ...
+
     def next(self) -> pa.RecordBatch | None: ...
 
 
@@ -69,6 +71,9 @@ class TableBatches:
     def __init__(self, table: pa.Table) -> None:
         self.schema = table.schema
         self._batches = iter(table.to_batches())
+
+    def ready(self) -> bool:
+        return True
 
     def next(self) -> pa.RecordBatch | None:
         return next(self._batches, None)
@@ -188,10 +193,12 @@ class Connection:
         """``work`` on the server's threads: parsing, a session's decisions, waiting for a worker."""
         return await asyncio.get_running_loop().run_in_executor(self.server.pool, work, *args)
 
-    async def with_rows(self, work: Callable[[], Any]) -> Any:
-        """``work`` that waits for a query worker's rows, on threads of their own: one per
-        worker, never taken by the statements still waiting for a worker."""
-        return await asyncio.get_running_loop().run_in_executor(self.server.rows_pool, work)
+    async def next_batch(self, batches: Batches) -> pa.RecordBatch | None:
+        """The next batch: at once when it is here, else waited for on threads of their own (one
+        per query worker, never taken by the statements still waiting for a worker)."""
+        if batches.ready():
+            return batches.next()
+        return await asyncio.get_running_loop().run_in_executor(self.server.rows_pool, batches.next)
 
     # -- startup ---------------------------------------------------------------------------------
 
@@ -295,11 +302,15 @@ class Connection:
             portal.outcome = outcome = await self.run(portal.statement)
             self.send_outcome_head(outcome)
             if outcome.job is not None:
-                workers = self.server.workers
-                worker = await self.in_pool(workers.take, self.deadline, self.stopped)
-                rows = portal.done.enter_context(workers.running(worker, outcome.job, self.deadline, self.stopped))
-                await self.with_rows(rows.start)
-                portal.batches = rows
+                workers, job, deadline = self.server.workers, outcome.job, self.deadline
+
+                def begin() -> Rows:  # one hop: a worker (waiting for one), the job sent, its first rows
+                    rows = portal.done.enter_context(workers.running(workers.take(deadline, self.stopped), job,
+                                                                     deadline, self.stopped))
+                    rows.start()
+                    return rows
+
+                portal.batches = await self.in_pool(begin)
             elif outcome.table is not None:
                 portal.batches = TableBatches(outcome.table)
         return portal.outcome
@@ -310,7 +321,7 @@ class Connection:
         assert portal.batches is not None and self.session is not None
         limit, sent = self.session.limit("max_result_size"), 0
         while max_rows <= 0 or sent < max_rows:
-            batch = portal.pending if portal.pending is not None else await self.with_rows(portal.batches.next)
+            batch = portal.pending if portal.pending is not None else await self.next_batch(portal.batches)
             portal.pending = None
             if batch is None:
                 return False
@@ -325,7 +336,7 @@ class Connection:
             await self.drain()
             sent += batch.num_rows
             portal.sent += batch.num_rows
-        portal.pending = portal.pending if portal.pending is not None else await self.with_rows(portal.batches.next)
+        portal.pending = portal.pending if portal.pending is not None else await self.next_batch(portal.batches)
         return portal.pending is not None
 
     def send_error(self, exc: Exception) -> None:

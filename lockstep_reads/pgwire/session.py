@@ -1,6 +1,7 @@
 """One client connection's state and what each statement does, with no sockets here: the
-transaction block and its read level, session settings, the last read's barrier and
-versions. The server (``server.py``) calls ``execute`` for each statement, off its event loop.
+transaction block and its read level, session settings and limits, the last read's barrier and
+versions. The server (``server.py``) calls ``execute`` for each statement, off its event loop;
+a read pins its versions here and is run by a query worker (``workers.py``).
 
 A statement outside a transaction block, or inside one at READ COMMITTED, reads one
 read-committed snapshot of the tables it names. ``BEGIN ISOLATION LEVEL REPEATABLE READ`` (or
@@ -14,7 +15,7 @@ Example::
 
     session = Session(settings)
     outcome = session.execute(split("SELECT page, views FROM views_per_page")[0])
-    outcome.tag, outcome.table.num_rows      # ('SELECT 3', 3)
+    outcome.job          # what a query worker runs: the SQL and each table's pinned version
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ server holds a few batches per connection, and a client that reads slowly pauses
 Example::
 
     workers = QueryWorkers(settings, count=4)
-    with workers.rows(Job("SELECT * FROM orders", {"orders": (location, 7)}), deadline, lambda: None) as rows:
+    job = Job("SELECT * FROM orders", {"orders": (location, 7)})
+    with workers.running(workers.take(deadline, lambda: None), job, deadline, lambda: None) as rows:
+        rows.start()
         while (batch := rows.next()) is not None:
             send(batch)
     workers.close()
@@ -90,16 +92,23 @@ class Worker:
 
 
 class Rows:
-    """A running query's rows (see ``QueryWorkers.rows``)."""
+    """A running query's rows (see ``QueryWorkers.running``)."""
 
     def __init__(self, worker: Worker, deadline: float, stopped: Callable[[], str | None]) -> None:
         self.worker, self.deadline, self.stopped = worker, deadline, stopped
         self.done = False  # the worker said all (or failed): it can take the next job
         self.schema = pa.schema([])
+        self._ahead: list[pa.RecordBatch | None] = []  # taken from the pipe already, not yet asked for
 
     def start(self) -> None:
-        """Wait for the query's schema (it is planned by then), or its error."""
+        """Wait for the query's schema (it is planned by then) and its first batch, or its error:
+        a small result is then all here, and ``ready`` says so without a wait."""
         self.schema = pa.ipc.read_schema(pa.py_buffer(self._message()[1:]))
+        self._fetch()
+
+    def ready(self) -> bool:
+        """Whether ``next`` answers at once (nothing to wait for)."""
+        return bool(self._ahead) or self.done
 
     def _message(self) -> bytes:
         while not self.worker.conn.poll(POLL_S):
@@ -116,16 +125,24 @@ class Rows:
             raise ERRORS.get(kind, QueryError)(text)
         return message
 
+    def _take(self, message: bytes) -> None:
+        if message[:1] == END:
+            self.done = True
+        else:
+            self._ahead.append(pa.ipc.read_record_batch(pa.py_buffer(message[1:]), self.schema))
+
+    def _fetch(self) -> None:
+        """Wait for the next message; take one more if it is there already (often the end)."""
+        self._take(self._message())
+        if not self.done and self.worker.conn.poll(0):
+            self._take(self._message())
+
     def next(self) -> pa.RecordBatch | None:
         """The next batch (computed now), or None after the last; raises ``Stopped`` past the
         deadline or when ``stopped`` says why, or the query's error."""
-        if self.done:
-            return None
-        message = self._message()
-        if message[:1] == END:
-            self.done = True
-            return None
-        return pa.ipc.read_record_batch(pa.py_buffer(message[1:]), self.schema)
+        if not self._ahead and not self.done:
+            self._fetch()
+        return self._ahead.pop(0) if self._ahead else None
 
 
 class QueryWorkers:
@@ -134,7 +151,9 @@ class QueryWorkers:
     def __init__(self, settings: Settings, count: int) -> None:
         self.settings = settings
         self._context = multiprocessing.get_context("spawn")  # a fork would copy the server's threads
-        self._idle: queue.Queue[Worker] = queue.Queue()
+        # the worker used last goes first: under light load one worker takes most reads, and the
+        # table versions it opened for the last read are still open for the next
+        self._idle: queue.LifoQueue[Worker] = queue.LifoQueue()
         self._all: set[Worker] = set()
         self._closed = False
         for _ in range(count):
@@ -176,13 +195,6 @@ class QueryWorkers:
                 self._idle.put(worker)
             else:
                 self._replace(worker)
-
-    @contextlib.contextmanager
-    def rows(self, job: Job, deadline: float, stopped: Callable[[], str | None]) -> Iterator[Rows]:
-        """``take``, ``running`` and ``start`` in one (on one thread)."""
-        with self.running(self.take(deadline, stopped), job, deadline, stopped) as rows:
-            rows.start()
-            yield rows
 
     def _replace(self, worker: Worker) -> None:
         """Kill ``worker`` now; a new one joins the idle ones once it has started (off this thread)."""
