@@ -214,3 +214,14 @@ def test_commands_that_print_data_print_json_for_scripts(tmp_path: Path) -> None
 def test_a_spark_query_that_is_not_a_read_is_refused_before_spark_starts(sql: str, says: str) -> None:
     result = invoke("query", "--engine", "spark", sql, env={"LOCKSTEP_COORDINATOR_URL": f"http://127.0.0.1:{free_port()}"})
     assert result.exit_code == 1 and says in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("flag", "value", "says"), [
+    ("--statement-timeout", "5x", '"5x" (a number, optionally with a unit: us, ms, s, min, h, d)'),
+    ("--max-result-size", "lots", '"lots" (a number, optionally with a unit: b, kb, mb, gb, tb)'),
+    ("--idle-in-transaction-timeout", "-1s", '"-1s"'),
+])
+def test_a_bad_serve_limit_is_a_usage_error_that_says_which_forms_it_takes(flag: str, value: str, says: str) -> None:
+    result = invoke("serve", flag, value)
+    assert result.exit_code == 2 and f"Invalid value for '{flag}'" in result.stderr and says in result.stderr, \
+        result.stderr
