@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 DURATION_UNITS = {"us": 0.001, "ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -49,7 +50,7 @@ class Limits:
                 "max_result_size": f"{self.max_result_bytes}B"}
 
 
-def _number_unit(name: str, value: str, units: dict[str, float | int], default_unit: str) -> float:
+def _number_unit(name: str, value: str, units: Mapping[str, float], default_unit: str) -> float:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
     unit = (match[2] or default_unit).lower() if match else ""
     if match is None or unit not in units:
