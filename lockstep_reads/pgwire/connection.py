@@ -98,9 +98,23 @@ class Portal:
     pending: pa.RecordBatch | None = None  # a batch taken and not sent yet
     sent: int = 0
     done: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # frees its query worker
+    expired: bool = False  # suspended past its statement's timeout: its worker was freed
+    timer: asyncio.TimerHandle | None = None  # while suspended: when it expires
 
     def close(self) -> None:
+        self.wake()
         self.done.close()
+
+    def wake(self) -> None:
+        """An Execute comes (or the end): no expiry while it runs."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def expire(self) -> None:
+        self.timer = None
+        self.expired = True
+        self.close()
 
 
 def result_columns(schema: pa.Schema) -> list[m.Column]:
@@ -420,21 +434,29 @@ class Connection:
         if portal.statement.kind == Kind.EMPTY:
             self.send(m.EMPTY_QUERY)
             return
+        if portal.expired:
+            raise SqlError("57014", STOPPED["timeout"], "a suspended portal keeps its query for the statement's time")
+        portal.wake()
         async with self.statement():
             outcome = await self.start(portal)
             if portal.batches is not None:
                 formats = m.formats_for(portal.result_formats, len(portal.batches.schema))
                 if await self.send_rows(portal, formats, max_rows):
                     self.send(m.PORTAL_SUSPENDED)
+                    if isinstance(portal.batches, Rows) and not math.isinf(portal.batches.deadline):
+                        # an idle suspended portal frees its query worker when its statement's time is up
+                        portal.timer = asyncio.get_running_loop().call_later(
+                            max(portal.batches.deadline - time.monotonic(), 0), portal.expire)
                     return
         portal.close()
         self.send(m.command_complete(f"SELECT {portal.sent}" if outcome.job is not None else outcome.tag))
 
     async def extended(self, kind: bytes, body: bytes | None) -> None:
-        if kind == b"S":  # Sync: the batch ends
+        if kind == b"S":  # Sync: the batch ends, and outside a transaction block its portals with it
             self.skipping = False
-            self.close_portal("")
             assert self.session is not None
+            for name in [""] if self.session.in_block else list(self.portals):
+                self.close_portal(name)
             self.send(m.ready_for_query(self.session.status))
             await self.writer.drain()
             return

@@ -77,6 +77,26 @@ def raw_query(port: int, sql: str) -> socket.socket:
     return sock
 
 
+def message(kind: bytes, *parts: bytes) -> bytes:
+    body = b"".join(parts)
+    return kind + struct.pack("!I", 4 + len(body)) + body
+
+
+def replies(sock: socket.socket, until: bytes, count: int = 1) -> tuple[bytes, bytes]:
+    """What the server sends until its ``count``-th message of kind ``until``: the kinds in order,
+    and the bytes (the server sends nothing more until it is asked again)."""
+    data, kinds = b"", b""
+    while kinds.count(until) < count:
+        chunk = sock.recv(1 << 16)
+        assert chunk, f"the server ended the connection after {kinds!r}"
+        data += chunk
+        kinds, at = b"", 0
+        while at + 5 <= len(data) and at + 1 + struct.unpack("!I", data[at + 1:at + 5])[0] <= len(data):
+            kinds += data[at:at + 1]
+            at += 1 + struct.unpack("!I", data[at + 1:at + 5])[0]
+    return kinds, data
+
+
 def test_hostile_clients_get_their_answers_and_the_honest_reader_never_fails(
     run_pipeline: Callable[..., Settings], make_topic: Callable, kafka_bootstrap: str, coordinator_env: dict[str, str],
     serve: Callable[..., Served],
@@ -142,6 +162,28 @@ def test_hostile_clients_get_their_answers_and_the_honest_reader_never_fails(
             pass
         stalled.close()
 
+        # a suspended portal left idle frees its query worker when its statement's time is up (57014 on
+        # its next Execute); a Sync outside a transaction block closes the portals (34000)
+        idle_portal = raw_query(served.port, "SET statement_timeout = '1s'")
+        idle_portal.settimeout(30)
+        assert replies(idle_portal, b"Z", count=2)[0].endswith(b"CZ")  # the startup's, then the SET's
+        select = b"SELECT * FROM generate_series(1, 1000000)\x00"
+        idle_portal.sendall(message(b"P", b"s1\x00", select, b"\x00\x00")
+                            + message(b"B", b"p1\x00s1\x00", b"\x00\x00" * 3)
+                            + message(b"E", b"p1\x00", struct.pack("!I", 1)) + message(b"H"))
+        assert replies(idle_portal, b"s")[0] == b"12Ds"  # ParseComplete, BindComplete, a row, PortalSuspended
+        time.sleep(1.5)
+        idle_portal.sendall(message(b"E", b"p1\x00", struct.pack("!I", 1)) + message(b"S"))
+        kinds, data = replies(idle_portal, b"Z")
+        assert kinds == b"EZ" and b"57014" in data, data
+        idle_portal.sendall(message(b"B", b"p2\x00s1\x00", b"\x00\x00" * 3)
+                            + message(b"E", b"p2\x00", struct.pack("!I", 1)) + message(b"S"))
+        assert replies(idle_portal, b"Z")[0] == b"2DsZ"
+        idle_portal.sendall(message(b"E", b"p2\x00", struct.pack("!I", 1)) + message(b"S"))
+        kinds, data = replies(idle_portal, b"Z")
+        assert kinds == b"EZ" and b"34000" in data, data
+        idle_portal.close()
+
         # silent sockets fill the startup slots: a client still gets in (the oldest gives way)
         silent = [socket.create_connection(("127.0.0.1", served.port)) for _ in range(12)]
         with psycopg.connect(served.dsn(), autocommit=True) as conn:
@@ -158,6 +200,15 @@ def test_hostile_clients_get_their_answers_and_the_honest_reader_never_fails(
             psycopg.connect(served.dsn())
         for conn in held:
             conn.close()
+
+        def free_slot() -> bool:  # the server sees the clients leave as it reads their Terminate
+            try:
+                psycopg.connect(served.dsn()).close()
+            except psycopg.OperationalError:
+                return False
+            return True
+
+        wait_until(free_slot, "a free slot again", timeout=10)
 
         # an idle repeatable-read transaction: the session ends with 25P03, its lease goes at once
         idle = psycopg.connect(served.dsn())
