@@ -67,7 +67,7 @@ def run_query(sql: str, tables: Mapping[str, DeltaTable], lineage: Mapping[str, 
 def stream_query(sql: str, tables: Mapping[str, DeltaTable],
                  lineage: Mapping[str, LineageTable] | None = None) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """``sql``'s rows as they come (a batch at a time, each computed when asked for): its schema
-    and the batches, strings plain (``plain_strings``). Raises ``QueryError`` or ``VersionGone``,
+    and the batches, strings plain (``plain_schema``). Raises ``QueryError`` or ``VersionGone``,
     when planning or from the iterator."""
     builder = QueryBuilder(SESSION)
     with _errors():
@@ -107,20 +107,14 @@ def _errors() -> Iterator[None]:
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with DataFusion's string and binary views as plain strings and binaries."""
-    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
-    return pa.schema([f.with_type(plain.get(f.type, f.type)) for f in schema])
-
-
-def plain_strings(table: pa.Table) -> pa.Table:
-    """``table`` with DataFusion's string and binary views as plain strings and binaries: what
+    """``schema`` with DataFusion's string and binary views as plain strings and binaries: what
     pandas, polars, Arrow readers and the wire protocol expect.
 
-    >>> plain_strings(pa.table({"s": pa.array(["a"], pa.string_view())})).schema.field("s").type
+    >>> plain_schema(pa.schema([("s", pa.string_view())])).field("s").type
     DataType(string)
     """
-    schema = plain_schema(table.schema)
-    return table if schema == table.schema else table.cast(schema)
+    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+    return pa.schema([f.with_type(plain.get(f.type, f.type)) for f in schema])
 
 
 def values_query(table: LineageTable) -> str:

@@ -34,10 +34,10 @@ def test_a_command_whose_deciding_raises_is_refused_with_why_and_the_next_one_is
     coordinator.start()
     real_decide, codec = module.decide, default_codec()
 
-    def decide(state: Any, command: Any, now_ms: int, role: Role | None = None) -> Any:
+    def decide(state: Any, command: Any, now_ms: int, *rest: Any) -> Any:
         if isinstance(command, RequestRevision):  # a bug in one handler, say
             raise KeyError("boom")
-        return real_decide(state, command, now_ms, role)
+        return real_decide(state, command, now_ms, *rest)
 
     monkeypatch.setattr(module, "decide", decide)
     try:
