@@ -16,7 +16,6 @@ import struct
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -27,6 +26,7 @@ from lockstep_reads.pgwire import types
 from lockstep_reads.pgwire.auth import MECHANISM, AuthFailed, ScramExchange, ScramSecret, trusted
 from lockstep_reads.pgwire.limits import Limits
 from lockstep_reads.pgwire.parameters import parameter_count, substitute
+from lockstep_reads.pgwire.portals import Batches, Portal, Prepared, TableBatches
 from lockstep_reads.pgwire.session import REPORTED, Outcome, Session, SqlError, sql_error
 from lockstep_reads.pgwire.workers import QueryWorkers, Rows, Stopped
 from lockstep_reads.statements import Kind, Statement, classify, split
@@ -57,64 +57,6 @@ class Server(Protocol):
 
 class ClientStalled(ConnectionError):
     """The client took no rows for the rest of its statement's time: its connection ends."""
-
-
-class Batches(Protocol):
-    """Rows a batch at a time: a query worker's (``workers.Rows``) or a table's."""
-
-    schema: pa.Schema
-
-    def ready(self) -> bool: ...
-
-    def next(self) -> pa.RecordBatch | None: ...
-
-
-class TableBatches:
-    """A table answered in this process (the catalog, SHOW) as ``Batches``."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.schema = table.schema
-        self._batches = iter(table.to_batches())
-
-    def ready(self) -> bool:
-        return True
-
-    def next(self) -> pa.RecordBatch | None:
-        return next(self._batches, None)
-
-
-@dataclass
-class Prepared:
-    statement: Statement
-    parameter_types: list[int]
-
-
-@dataclass
-class Portal:
-    statement: Statement
-    result_formats: tuple[int, ...]
-    outcome: Outcome | None = None
-    batches: Batches | None = None  # its rows still to send (Execute may ask for some at a time)
-    pending: pa.RecordBatch | None = None  # a batch taken and not sent yet
-    sent: int = 0
-    done: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # frees its query worker
-    expired: bool = False  # suspended past its statement's timeout: its worker was freed
-    timer: asyncio.TimerHandle | None = None  # while suspended: when it expires
-
-    def close(self) -> None:
-        self.wake()
-        self.done.close()
-
-    def wake(self) -> None:
-        """An Execute comes (or the end): no expiry while it runs."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def expire(self) -> None:
-        self.timer = None
-        self.expired = True
-        self.close()
 
 
 def result_columns(schema: pa.Schema) -> list[m.Column]:

@@ -10,8 +10,8 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 from confluent_kafka import Producer
@@ -54,8 +54,7 @@ class HonestReader(threading.Thread):
 
 
 def rss_mb(pid: int) -> float:
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024
+    return float(psutil.Process(pid).memory_info().rss) / (1 << 20)
 
 
 def sqlstate_of(conn: psycopg.Connection, sql: str) -> str | None:
