@@ -54,6 +54,7 @@ class WireServer:
         self._server: asyncio.Server | None = None
         self._stopped = asyncio.Event()
         self._workers: QueryWorkers | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # each connection's, until it ends
 
     @property
     def workers(self) -> QueryWorkers:
@@ -69,8 +70,10 @@ class WireServer:
             await self._stopped.wait()
         finally:
             self._server.close()
-            for connection in list(self.connections.values()):
+            for connection in [*self.starting.values(), *self.connections.values()]:
                 connection.writer.close()
+            if self._tasks:  # each connection ends (its session closed, its lease released) before the pools go
+                await asyncio.wait(self._tasks, timeout=10)
             self._workers.close()
             await self._server.wait_closed()
             self.pool.shutdown(wait=True, cancel_futures=True)
@@ -90,9 +93,13 @@ class WireServer:
             oldest.writer.close()
             self.starting.pop(oldest.key, None)
         self.starting[key] = connection
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         try:
             await connection.serve()
         finally:
+            self._tasks.discard(task)
             self.starting.pop(key, None)
             if connection.admitted:
                 self.connections.pop(key, None)
