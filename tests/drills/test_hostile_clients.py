@@ -211,12 +211,13 @@ def test_hostile_clients_get_their_answers_and_the_honest_reader_never_fails(
 
         # an idle repeatable-read transaction: the session ends with 25P03, its lease goes at once
         idle = psycopg.connect(served.dsn())
-        idle.execute("SET idle_in_transaction_session_timeout = '1s'")
+        idle.execute("SET idle_in_transaction_session_timeout = '5s'")
         idle.commit()
         idle.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         idle.execute("SELECT COUNT(*) FROM clicks").fetchone()
-        wait_until(lambda: read_state(settings).leases, "the transaction's lease", timeout=10)
-        time.sleep(1.5)
+        went_idle = time.monotonic()  # the lease is held from the first read on; read before it times out
+        wait_until(lambda: read_state(settings).leases, "the transaction's lease", timeout=4)
+        time.sleep(max(0.0, went_idle + 5.5 - time.monotonic()))
         with pytest.raises(psycopg.Error) as ended:
             idle.execute("SELECT 1").fetchone()
         assert ended.value.sqlstate == "25P03" and "idle-in-transaction timeout" in str(ended.value)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from selenium.webdriver.support.ui import WebDriverWait
 
 from coordinator.client.state import read_state
 from coordinator.domain import MetaState
@@ -41,11 +40,13 @@ def sl_slow(sl_events):
 
 
 def test_a_table_far_slower_than_the_rest_commits_at_a_stride_and_the_rest_keep_their_pace(
-    spark: SparkSession, make_stack: Callable[[], Stack], make_topic: Callable, kafka_bootstrap: str,
+    spark: SparkSession, make_stack: Callable[..., Stack], make_topic: Callable, kafka_bootstrap: str,
     make_browser: Callable, tmp_path: Path,
 ) -> None:
     topic = make_topic(partitions=1)
-    stack = make_stack()
+    # strided past 2x the tables beside it, kept till 1x (defaults 3 and 1.5): on a busy machine the
+    # aggregate beside it slows too, and the default ratio came and went for minutes
+    stack = make_stack(LOCKSTEP_BARRIER_STRIDE_AFTER="2")
     settings = stack.settings
     (tmp_path / "slow.py").write_text(PYTHON)
     pipeline = joined([parse_pipeline(SQL.format(topic=topic)), load_pipeline(tmp_path / "slow.py")])
@@ -62,18 +63,41 @@ def test_a_table_far_slower_than_the_rest_commits_at_a_stride_and_the_rest_keep_
         every = {s.table: s.every for s in read_state(settings).barriers[first].strides}["sl_slow"]
         assert every >= 2
 
-        def said() -> re.Match[str] | None:  # at once, while it is strided (a busy machine may lift it later)
-            status = stack.lockstep("status")
-            assert status.returncode == 0, status.stderr
-            return re.search(r"sl_slow commits every (\d+) barriers: its commit takes ([\d.]+) s, ([\d.]+)x the",
-                             status.stdout)
-
-        line = wait_until(said, "lockstep status naming the strided table", timeout=120)
+        # status and the page, each read while it is strided (a busy machine may lift the stride and
+        # set it again, so each is taken the first time it shows it)
         browser = make_browser()
         browser.get(settings.coordinator_url + "/")
-        shown = WebDriverWait(browser, 120, poll_frequency=0.2).until(lambda b: b.execute_script(
-            "const td = document.querySelector(\"#tables tr[data-table='sl_slow'] td.strided\");"
-            "return td && [td.textContent, td.title];"))
+        seen: dict[str, object] = {}
+
+        def said() -> bool:
+            if "status" not in seen:
+                status = stack.lockstep("status")
+                assert status.returncode == 0, status.stderr
+                match = re.search(r"sl_slow commits every (\d+) barriers: its commit takes ([\d.]+) s, ([\d.]+)x the",
+                                  status.stdout)
+                if match:
+                    seen["status"] = match
+            if "page" not in seen:
+                shown = browser.execute_script(
+                    "const td = document.querySelector(\"#tables tr[data-table='sl_slow'] td.strided\");"
+                    "return td && [td.textContent, td.title];")
+                if shown:
+                    seen["page"] = shown
+            return len(seen) == 2
+
+        def strides_lately() -> str:  # what the failure says: each recent barrier's strides and commit costs
+            state = read_state(settings)
+            last = state.last_barrier()
+            rows = []
+            for b in range(max(1, last - 15), last + 1):
+                costs = {t: (c.committed_at_ms - c.started_at_ms) if c.started_at_ms else None
+                         for t in ("sl_slow", "sl_totals") if (c := state.completions.get(t, {}).get(b))}
+                rows.append(f"{b}: strides {[(s.table, s.every) for s in state.barriers[b].strides]} costs {costs}")
+            return f"lockstep status and the page naming the strided table (saw {sorted(seen)}); " + "; ".join(rows)
+
+        wait_until(said, strides_lately, timeout=240)
+        line, shown = seen["status"], seen["page"]
+        assert isinstance(line, re.Match) and isinstance(shown, list)
         beside = browser.execute_script(
             "return document.querySelector(\"#tables tr[data-table='sl_totals'] td.stride\").textContent")
 
@@ -102,6 +126,6 @@ def test_a_table_far_slower_than_the_rest_commits_at_a_stride_and_the_rest_keep_
     for b in slow:
         rows = at(spark, settings, "sl_events", points("sl_events")[b]).count()
         assert at(spark, settings, "sl_slow", points("sl_slow")[b]).collect()[0]["count"] == rows
-    assert int(line[1]) >= 2 and float(line[2]) >= 12 and float(line[3]) >= 1.5, line[0]  # 1.5: kept till half of 3
+    assert int(line[1]) >= 2 and float(line[2]) >= 12 and float(line[3]) >= 1, line[0]  # 1: kept till half of 2
     assert re.fullmatch(r"every \d+ barriers", shown[0]) and "the clock keeps without it" in shown[1], shown
     assert beside == "every barrier"

@@ -18,11 +18,12 @@ from tests.support.supervising import Stack, supervised
 
 
 @pytest.fixture
-def make_stack(make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path) -> Callable[[], Stack]:
-    """Factory: start a worker; a Stack whose settings use it and this test's warehouse and home."""
+def make_stack(make_worker: Callable, coordinator_env: dict[str, str], tmp_path: Path) -> Callable[..., Stack]:
+    """Factory: start a worker (``make(**env)``: more LOCKSTEP_* settings of the worker's); a Stack
+    whose settings use it and this test's warehouse and home."""
 
-    def make() -> Stack:
-        worker = make_worker()
+    def make(**env: str) -> Stack:
+        worker = make_worker(env=env)
         settings = dataclasses.replace(Settings.from_env(coordinator_env), warehouse=str(tmp_path / "wh"),
                                        home=tmp_path / "home", coordinator_url=worker.url)
         return Stack(settings, tmp_path)

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from coordinator.client.rest import get_json
-from coordinator.dev.broker import free_port
-from coordinator.dev.worker import WorkerProcess
 from coordinator.settings import Settings
+from lockstep.dev.broker import free_port
+from lockstep.dev.worker import WorkerProcess
 from tests.support import metric_samples, run_lockstep
 
 
@@ -77,13 +77,14 @@ def coordinator_env(settings: Settings, tmp_path: Path, request: pytest.FixtureR
 
 @pytest.fixture
 def make_worker(coordinator_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Worker]]:
-    """Factory: ``make_worker()`` starts a coordinator worker on a free port and waits until healthy."""
+    """Factory: ``make_worker()`` starts a coordinator worker on a free port and waits until healthy
+    (``env``: more LOCKSTEP_* settings of the worker's own)."""
     workers: list[Worker] = []
 
-    def make(start: bool = True) -> Worker:
+    def make(start: bool = True, env: dict[str, str] | None = None) -> Worker:
         port = free_port()
-        worker = Worker({**coordinator_env, "LOCKSTEP_COORDINATOR_URL": f"http://127.0.0.1:{port}"}, port,
-                        tmp_path / f"worker-{len(workers)}.log")
+        worker = Worker({**coordinator_env, **(env or {}), "LOCKSTEP_COORDINATOR_URL": f"http://127.0.0.1:{port}"},
+                        port, tmp_path / f"worker-{len(workers)}.log")
         workers.append(worker)
         return worker.start() if start else worker
 
