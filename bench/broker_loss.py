@@ -32,7 +32,7 @@ import psutil
 from bench.results import Figures, add_json_flag
 
 if TYPE_CHECKING:
-    from coordinator.dev.broker import LocalKafkaCluster
+    from lockstep.dev.broker import LocalKafkaCluster
 
 TOPIC, PARTITIONS = "bench_broker_loss", 6
 
@@ -161,9 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from coordinator.client.topics import create_topics
-    from coordinator.dev.broker import LocalKafkaCluster
-    from coordinator.dev.service import free_port
     from coordinator.settings import Settings
+    from lockstep.dev.broker import LocalKafkaCluster
+    from lockstep.dev.service import free_port
 
     settings = Settings.from_env()
     ports: list[int] = []

@@ -132,7 +132,7 @@ def bench_replay(n: int, figures: Figures) -> None:
 @contextmanager
 def running_worker() -> Iterator[tuple[Settings, str]]:
     """A local broker and one coordinator worker in a temporary home: (settings, REST base URL)."""
-    from coordinator.dev.broker import free_port
+    from lockstep.dev.broker import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         broker = start_broker(Path(tmp))

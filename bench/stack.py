@@ -26,14 +26,14 @@ from coordinator.settings import Settings
 from lockstep import signals
 
 if TYPE_CHECKING:
-    from coordinator.dev.broker import LocalBroker
+    from lockstep.dev.broker import LocalBroker
 
 ROOT = Path(__file__).resolve().parents[1]
 JARS = ROOT / ".lockstep" / "jars"
 
 
 def start_broker(tmp: Path) -> LocalBroker:
-    from coordinator.dev.broker import LocalBroker, free_port
+    from lockstep.dev.broker import LocalBroker, free_port
 
     broker = LocalBroker(tmp / "kafka", ROOT / ".lockstep/jars/kafka", port=free_port(), heap="1g")
     broker.up()
@@ -111,8 +111,8 @@ class Processes:
 def stack(tmp: Path, system: str, barrier_interval_ms: int | None,
           extra_env: dict[str, str] | None = None) -> Iterator[tuple[dict[str, str], Any]]:
     """A broker on a free port and, for Lockstep, a coordinator worker; the environment to reach them."""
-    from coordinator.dev.broker import free_port
-    from coordinator.dev.worker import WorkerProcess
+    from lockstep.dev.broker import free_port
+    from lockstep.dev.worker import WorkerProcess
 
     signals.install()
     broker = start_broker(tmp)

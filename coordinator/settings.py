@@ -13,7 +13,9 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +137,40 @@ def _listen_address(text: str, listed_in: str | None = None) -> tuple[str, int]:
     return url.hostname, port or 6066
 
 
+INSTALL_RECORD = Path(sys.prefix) / "lockstep-install.json"  # scripts/setup writes it beside the venv's Python
+
+
+@dataclass(frozen=True)
+class Installed:
+    """Where ``scripts/setup`` put the jars and the local state (``home``), as it recorded them in
+    the virtualenv it installed into: ``lockstep`` finds them from any folder. LOCKSTEP_JARS and
+    LOCKSTEP_HOME override them; with no record (a plain ``pip install``) both are under
+    ``./.lockstep``."""
+
+    home: Path | None = None
+    jars: Path | None = None
+    record: Path = INSTALL_RECORD
+
+    @classmethod
+    def read(cls, record: Path = INSTALL_RECORD) -> Installed:
+        """The record at ``record``, or an empty one if there is none."""
+        try:
+            data = json.loads(record.read_text())
+            return cls(Path(data["home"]), Path(data["jars"]), record)
+        except FileNotFoundError:
+            return cls(record=record)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SettingsError(f"the install record {record} is unreadable ({e}); run scripts/setup again, "
+                                "or set LOCKSTEP_HOME and LOCKSTEP_JARS") from None
+
+    def where_jars(self) -> str:
+        """How ``lockstep`` finds its jars and how to point it elsewhere: for a missing-jars error."""
+        found = (f"where scripts/setup put them ({self.jars}, recorded in {self.record})" if self.jars is not None
+                 else f"./.lockstep/jars of the current folder (there is no install record {self.record})")
+        return (f"The jars are in LOCKSTEP_JARS if it is set, else {found}. Run scripts/setup in the checkout "
+                "(it records where it puts them), or set LOCKSTEP_JARS to the folder that holds kafka/ and spark/.")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Where things are, how to reach them, and the knobs of barriers, Spark and drills."""
@@ -167,22 +203,27 @@ class Settings:
     connect_url: str = "http://127.0.0.1:8083"  # Kafka Connect's REST API (`lockstep dev up --connect` runs one)
     postgres_url: str = "postgresql://postgres@127.0.0.1:5432/lockstep"  # the source database of `dev up --postgres`
     serve_password: str = field(default="", repr=False)  # `lockstep serve`: what clients off loopback must prove
+    installed: Installed = field(default=Installed(), compare=False)  # what scripts/setup recorded
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, kafka: bool = True) -> Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None, *, kafka: bool = True,
+                 installed: Installed | None = None) -> Settings:
         """Read the environment (``os.environ`` by default); relative paths stay relative to cwd.
+        The home and the jars are LOCKSTEP_HOME and LOCKSTEP_JARS, else where ``scripts/setup``
+        recorded them (``installed``, default: this virtualenv's record), else under ``./.lockstep``.
 
         ``kafka=False`` leaves LOCKSTEP_BOOTSTRAP and LOCKSTEP_KAFKA_* unchecked until
         ``check_kafka()``: a command that never reaches Kafka must not fail on them."""
         env = os.environ if env is None else env
-        home = Path(env.get("LOCKSTEP_HOME", ".lockstep"))
+        installed = Installed.read() if installed is None else installed
+        home = Path(env.get("LOCKSTEP_HOME") or installed.home or ".lockstep")
         settings = cls(
             bootstrap=env.get("LOCKSTEP_BOOTSTRAP", "127.0.0.1:9092"),
             home=home,
             warehouse=_warehouse(env.get("LOCKSTEP_WAREHOUSE") or str(home / "warehouse")),
             s3=_s3_access(env),
             metastore=_metastore(env.get("LOCKSTEP_METASTORE", "")),
-            jars=Path(env.get("LOCKSTEP_JARS", str(home / "jars"))),
+            jars=Path(env.get("LOCKSTEP_JARS") or installed.jars or home / "jars"),
             coordinator_url=env.get("LOCKSTEP_COORDINATOR_URL", "http://127.0.0.1:6066"),
             topic_prefix=env.get("LOCKSTEP_TOPIC_PREFIX", "lockstep"),
             replication_factor=_whole_number(env, "LOCKSTEP_REPLICATION_FACTOR", 1),
@@ -216,6 +257,7 @@ class Settings:
             connect_url=_http_url(env, "LOCKSTEP_CONNECT_URL", "http://127.0.0.1:8083", "http://127.0.0.1:8083"),
             postgres_url=_postgres_url(env.get("LOCKSTEP_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/lockstep")),
             serve_password=env.get("LOCKSTEP_SERVE_PASSWORD", ""),
+            installed=installed,
         )
         if kafka:
             settings.check_kafka()  # validate early, with a message that names the variable

@@ -34,12 +34,12 @@ from rich.text import Text
 from coordinator.client.rest import get_json
 from coordinator.client.snapshots import CoordinatorUnreachable, close_clients
 from coordinator.client.topics import DEMO_GROUP
-from coordinator.dev.broker import LocalBroker, free_port, port_in_use, topic_count
-from coordinator.dev.worker import WorkerProcess, healthy
 from coordinator.domain.errors import NotStarted, Unreachable
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
 from lockstep import signals
+from lockstep.dev.broker import LocalBroker, free_port, port_in_use, topic_count
+from lockstep.dev.worker import WorkerProcess, healthy
 from spark_jobs.demo.datagen import ensure_topic
 from spark_jobs.demo.probes import LevelStats, Prober
 

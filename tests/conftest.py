@@ -21,9 +21,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from coordinator.client.topics import create_topics
-from coordinator.dev.broker import LocalBroker
-from coordinator.dev.s3 import LocalS3
 from coordinator.settings import Settings
+from lockstep.dev.broker import LocalBroker
+from lockstep.dev.s3 import LocalS3
 from tests.support import ROOT, up_on_a_free_port
 
 pytest_plugins = ["tests.support.workers", "tests.support.states", "tests.support.pipelines", "tests.support.browser",

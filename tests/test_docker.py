@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from coordinator.dev.s3 import MAIN_CLASS as S3_MAIN
-from coordinator.dev.spark import MASTER_CLASS, WORKER_CLASS
 from lockstep.cli.root import cli
+from lockstep.dev.s3 import MAIN_CLASS as S3_MAIN
+from lockstep.dev.spark import MASTER_CLASS, WORKER_CLASS
 from tests.support import ROOT
 
 COMPOSE = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())

@@ -11,16 +11,16 @@ from rich.table import Table
 
 from coordinator.client.acls import ROLES, grant, grants
 from coordinator.client.topics import Topics
-from coordinator.dev.broker import BrokerStatus, LocalBroker, LocalKafkaCluster
-from coordinator.dev.connect import LocalConnect
-from coordinator.dev.metastore import LocalMetastore
-from coordinator.dev.postgres import LocalPostgres
-from coordinator.dev.registry import LocalRegistry
-from coordinator.dev.s3 import LocalS3
-from coordinator.dev.spark import LocalSparkCluster
 from coordinator.domain.errors import ExitCode, UsageError
 from coordinator.settings import Settings
 from lockstep.cli.common import echo_json, format_option
+from lockstep.dev.broker import BrokerStatus, LocalBroker, LocalKafkaCluster
+from lockstep.dev.connect import LocalConnect
+from lockstep.dev.metastore import LocalMetastore
+from lockstep.dev.postgres import LocalPostgres
+from lockstep.dev.registry import LocalRegistry
+from lockstep.dev.s3 import LocalS3
+from lockstep.dev.spark import LocalSparkCluster
 
 
 def local_broker(settings: Settings) -> LocalBroker:

@@ -31,8 +31,8 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from coordinator.dev.service import HOST, LocalService, ServiceError, free_port, port_in_use, process_alive, wait_exit
-from coordinator.settings import KafkaSecurity, Settings
+from coordinator.settings import Installed, KafkaSecurity, Settings
+from lockstep.dev.service import HOST, LocalService, ServiceError, free_port, port_in_use, process_alive, wait_exit
 
 __all__ = ["HOST", "BrokerError", "BrokerStatus", "LocalBroker", "LocalKafkaCluster", "free_port", "port_in_use",
            "process_alive", "topic_count"]
@@ -162,8 +162,7 @@ class LocalBroker(LocalService):
     def _check_jars(self) -> None:
         if not any(self.jars.glob("kafka_2.13-*.jar")):
             raise BrokerError(
-                f"no Kafka broker jars in {self.jars}. Run scripts/setup from the repository "
-                "root, or point LOCKSTEP_JARS at the folder that holds kafka/ and spark/."
+                f"no Kafka broker jars in {self.jars.absolute()}. {Installed.read().where_jars()}"
             )
 
     def _java(self, main_class: str, *args: str) -> list[str]:

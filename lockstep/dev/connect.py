@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from coordinator.dev.postgres import SUPERUSER, LocalPostgres
-from coordinator.dev.registry import LocalRegistry
-from coordinator.dev.service import HOST, LocalService, ServiceError
-from coordinator.settings import Settings
+from coordinator.settings import Installed, Settings
+from lockstep.dev.postgres import SUPERUSER, LocalPostgres
+from lockstep.dev.registry import LocalRegistry
+from lockstep.dev.service import HOST, LocalService, ServiceError
 
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectStandalone"
 DEFAULT_PORT = 8083
@@ -117,8 +117,7 @@ class LocalConnect(LocalService):
 
     def prepare(self) -> None:
         if not any(self.jars.glob("connect-runtime-*.jar")):
-            raise ConnectError(f"no Kafka Connect jars in {self.jars}. Run scripts/setup from the repository root, "
-                               "or point LOCKSTEP_JARS at the folder that holds connect/.")
+            raise ConnectError(f"no Kafka Connect jars in {self.jars.absolute()}. {Installed.read().where_jars()}")
         clients = {f"{role}{key}": value for role in ("", "producer.", "consumer.") for key, value in self.kafka.items()}
         worker = {
             "bootstrap.servers": self.bootstrap,

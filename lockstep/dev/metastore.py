@@ -17,8 +17,8 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-from coordinator.dev.service import HOST, LocalService, ServiceError
-from coordinator.settings import Settings
+from coordinator.settings import Installed, Settings
+from lockstep.dev.service import HOST, LocalService, ServiceError
 
 MAIN_CLASS = "org.apache.derby.drda.NetworkServerControl"
 DEFAULT_PORT = 1527
@@ -63,8 +63,8 @@ class LocalMetastore(LocalService):
 
     def prepare(self) -> None:
         if not any(self.jars.glob("derbynet-*.jar")):
-            raise MetastoreError(f"no Derby network server jars in {self.jars}. Run scripts/setup from the "
-                                 "repository root, or point LOCKSTEP_JARS at the folder that holds derby/.")
+            raise MetastoreError(f"no Derby network server jars in {self.jars.absolute()}. "
+                                 f"{Installed.read().where_jars()}")
 
     def command(self) -> list[str]:
         java = self.java(self.jars, self.heap, "start", "-h", HOST, "-p", str(self.port), "-noSecurityManager")

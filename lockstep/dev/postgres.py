@@ -27,8 +27,8 @@ import subprocess
 from pathlib import Path
 from urllib.parse import urlparse
 
-from coordinator.dev.service import HOST, LocalService, ServiceError
 from coordinator.settings import Settings
+from lockstep.dev.service import HOST, LocalService, ServiceError
 
 DEFAULT_PORT = 5432
 SUPERUSER = "postgres"  # initdb's superuser; local connections from 127.0.0.1 are trusted (loopback only)

@@ -20,8 +20,8 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
-from coordinator.dev.service import HOST, LocalService, ServiceError
 from coordinator.settings import Settings
+from lockstep.dev.service import HOST, LocalService, ServiceError
 
 DEFAULT_PORT = 8081
 COMPAT_PATH = "/apis/ccompat/v7"

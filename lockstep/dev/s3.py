@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-from coordinator.dev.service import HOST, LocalService, ServiceError
-from coordinator.settings import Settings
+from coordinator.settings import Installed, Settings
+from lockstep.dev.service import HOST, LocalService, ServiceError
 
 MAIN_CLASS = "org.gaul.s3proxy.Main"
 DEFAULT_PORT = 9000
@@ -83,8 +83,7 @@ class LocalS3(LocalService):
 
     def prepare(self) -> None:
         if not any(self.jars.glob("s3proxy-*.jar")):
-            raise S3Error(f"no s3proxy jars in {self.jars}. Run scripts/setup from the repository root, "
-                          "or point LOCKSTEP_JARS at the folder that holds s3proxy/.")
+            raise S3Error(f"no s3proxy jars in {self.jars.absolute()}. {Installed.read().where_jars()}")
         for bucket in self.buckets:  # the filesystem backend's bucket is a folder
             (self.home / "data" / bucket).mkdir(parents=True, exist_ok=True)
         self.properties_file.write_text("\n".join([

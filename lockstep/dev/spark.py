@@ -21,8 +21,8 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
-from coordinator.dev.service import HOST, LocalService, ServiceError, free_port
 from coordinator.settings import Settings
+from lockstep.dev.service import HOST, LocalService, ServiceError, free_port
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"

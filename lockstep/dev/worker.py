@@ -43,6 +43,7 @@ class WorkerProcess:
     port: int
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    cwd: Path | None = None  # where it runs (None: the current folder)
 
     @property
     def url(self) -> str:
@@ -55,7 +56,7 @@ class WorkerProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "lockstep", "worker", "--web-port", str(self.port)],
                 env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                cwd=Path(__file__).resolve().parents[2],
+                cwd=self.cwd,
             )
         return self
 

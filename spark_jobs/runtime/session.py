@@ -121,14 +121,13 @@ def spark_jars(settings: Settings, object_store: bool | None = None) -> list[Pat
     jars = sorted(folder.glob("*.jar"))
     if not any(j.name.startswith("delta-spark_") for j in jars):
         raise SparkSetupError(
-            f"no Delta jars in {folder.absolute()}. Run scripts/setup from the repository root, "
-            "or set LOCKSTEP_JARS to the folder that holds spark/."
+            f"no Delta jars in {folder.absolute()}. {settings.installed.where_jars()}"
         )
     if object_store if object_store is not None else not settings.warehouse_is_local:
         s3a = sorted((settings.jars / "s3a").glob("*.jar"))
         if not any(j.name.startswith("hadoop-aws-") for j in s3a):
             raise SparkSetupError(f"no hadoop-aws jars in {(settings.jars / 's3a').absolute()} for the warehouse "
-                                  f"{settings.warehouse}. Run scripts/setup from the repository root.")
+                                  f"{settings.warehouse}. {settings.installed.where_jars()}")
         jars += s3a
     return jars
 
@@ -141,7 +140,7 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
         client = sorted((settings.jars / "derby").glob("derbyclient-*.jar"))
         if not client:
             raise SparkSetupError(f"no Derby client jar in {(settings.jars / 'derby').absolute()} for the metastore "
-                                  f"{settings.metastore}. Run scripts/setup from the repository root.")
+                                  f"{settings.metastore}. {settings.installed.where_jars()}")
         conf["spark.driver.extraClassPath"] = str(client[-1].absolute())
     return conf
 

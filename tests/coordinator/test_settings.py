@@ -2,12 +2,14 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.settings import CrashAt, Settings, SettingsError, kafka_passthrough
+from coordinator.settings import CrashAt, Installed, Settings, SettingsError, kafka_passthrough
 from tests.support import ROOT
+
+NOT_INSTALLED = Installed(record=Path("/nonexistent/lockstep-install.json"))
 
 
 def test_defaults_follow_design() -> None:
-    s = Settings.from_env({})
+    s = Settings.from_env({}, installed=NOT_INSTALLED)
     assert s.bootstrap == "127.0.0.1:9092"
     assert s.home == Path(".lockstep")
     assert s.warehouse == ".lockstep/warehouse"
@@ -16,9 +18,32 @@ def test_defaults_follow_design() -> None:
 
 
 def test_home_moves_warehouse_and_jars_unless_they_are_set() -> None:
-    s = Settings.from_env({"LOCKSTEP_HOME": "/x", "LOCKSTEP_WAREHOUSE": "/w"})
+    s = Settings.from_env({"LOCKSTEP_HOME": "/x", "LOCKSTEP_WAREHOUSE": "/w"}, installed=NOT_INSTALLED)
     assert s.warehouse == "/w"
     assert s.jars == Path("/x/jars")
+
+
+def test_the_install_record_places_home_and_jars_from_any_folder_unless_the_variables_say(tmp_path: Path) -> None:
+    record = tmp_path / "lockstep-install.json"
+    record.write_text('{"home": "/opt/ls/.lockstep", "jars": "/opt/ls/.lockstep/jars"}')
+    installed = Installed.read(record)
+    s = Settings.from_env({}, installed=installed)
+    assert (s.home, s.jars, s.warehouse) == (Path("/opt/ls/.lockstep"), Path("/opt/ls/.lockstep/jars"),
+                                             "/opt/ls/.lockstep/warehouse")
+    # a home of one's own keeps the installed jars; LOCKSTEP_JARS overrides them
+    s = Settings.from_env({"LOCKSTEP_HOME": "/mine"}, installed=installed)
+    assert (s.home, s.jars) == (Path("/mine"), Path("/opt/ls/.lockstep/jars"))
+    assert Settings.from_env({"LOCKSTEP_JARS": "/j"}, installed=installed).jars == Path("/j")
+    assert f"where scripts/setup put them (/opt/ls/.lockstep/jars, recorded in {record})" in installed.where_jars()
+    assert "there is no install record /nonexistent/lockstep-install.json" in NOT_INSTALLED.where_jars()
+    assert Installed.read(tmp_path / "none.json") == Installed(record=tmp_path / "none.json")
+
+
+def test_an_unreadable_install_record_says_which_and_how_to_mend_it(tmp_path: Path) -> None:
+    record = tmp_path / "lockstep-install.json"
+    record.write_text('{"home": ')
+    with pytest.raises(SettingsError, match=f"the install record {record} is unreadable .*run scripts/setup again"):
+        Installed.read(record)
 
 
 def test_kafka_passthrough_maps_variable_names_to_client_keys() -> None:

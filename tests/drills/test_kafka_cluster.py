@@ -21,10 +21,10 @@ from pyspark.sql import SparkSession
 
 from coordinator.client.offsets import EndOffsets
 from coordinator.client.topics import create_topics
-from coordinator.dev.broker import LocalKafkaCluster
-from coordinator.dev.service import free_port
 from coordinator.domain.errors import Unreachable
 from coordinator.settings import Settings
+from lockstep.dev.broker import LocalKafkaCluster
+from lockstep.dev.service import free_port
 from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support import wait_until

@@ -25,10 +25,10 @@ from pyspark.sql import SparkSession
 
 from coordinator.client.state import read_state
 from coordinator.client.topics import create_topics
-from coordinator.dev.broker import free_port
 from coordinator.domain import MetaState
 from coordinator.domain.errors import ExitCode
 from coordinator.settings import Settings
+from lockstep.dev.broker import free_port
 from tests.support import lockstep_in_process, wait_until
 from tests.support.barriers import at
 from tests.support.starts import RunProcess

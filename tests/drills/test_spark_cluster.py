@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from coordinator.dev.service import free_port
-from coordinator.dev.spark import LocalSparkCluster
 from coordinator.settings import Settings
+from lockstep.dev.service import free_port
+from lockstep.dev.spark import LocalSparkCluster
 from spark_jobs.demo.probes import TABLES, Prober
 from tests.support import ROOT, wait_until
 from tests.support.barriers import wait_for_barrier

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.dev.broker import free_port
-from coordinator.dev.worker import healthy
+from lockstep.dev.broker import free_port
+from lockstep.dev.worker import healthy
 from tests.support import ROOT, run_lockstep
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -19,8 +19,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType, TimestampType
 
-from coordinator.dev.s3 import LocalS3
 from coordinator.settings import Settings
+from lockstep.dev.s3 import LocalS3
 from lockstep_reads.engine import run_query
 from lockstep_reads.tables import TableVersions, UnreadableTable, VersionGone
 from tests.support import ROOT

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from coordinator.dev.service import ServiceError, free_port, port_in_use
+from lockstep.dev.service import ServiceError, free_port, port_in_use
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -61,10 +61,11 @@ def wait_until(condition: Callable[[], T], what: str | Callable[[], str], timeou
         time.sleep(0.2)
 
 
-def run_lockstep(*args: str, env: Mapping[str, str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Run ``lockstep ARGS`` (as ``python -m lockstep``) from the checkout's root; output captured as text."""
+def run_lockstep(*args: str, env: Mapping[str, str], timeout: float = 120.0,
+                 cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run ``lockstep ARGS`` (as ``python -m lockstep``) in ``cwd`` (the checkout's root); output captured as text."""
     return subprocess.run([sys.executable, "-m", "lockstep", *args], env=dict(env), capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+                          timeout=timeout, cwd=cwd)
 
 
 def lockstep_in_process(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from coordinator.dev.connect import LocalConnect, postgres_source
-from coordinator.dev.postgres import LocalPostgres
-from coordinator.dev.registry import LocalRegistry
 from coordinator.settings import Settings
+from lockstep.dev.connect import LocalConnect, postgres_source
+from lockstep.dev.postgres import LocalPostgres
+from lockstep.dev.registry import LocalRegistry
 from tests.support import up_on_a_free_port, wait_until
 
 

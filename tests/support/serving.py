@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from coordinator.dev.broker import free_port
 from coordinator.settings import Settings
+from lockstep.dev.broker import free_port
 from tests.support import ROOT, wait_until
 
 
@@ -39,15 +39,16 @@ def env_of(settings: Settings) -> dict[str, str]:
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
-    """Factory: ``serve(settings, *flags, env={...})`` runs ``lockstep serve`` on a free port until it listens."""
+    """Factory: ``serve(settings, *flags, env={...}, cwd=folder)`` runs ``lockstep serve`` on a free port
+    until it listens (``env`` replaces the settings' environment if it is a whole one)."""
     started: list[subprocess.Popen[str]] = []
 
-    def start(settings: Settings, *flags: str, env: dict[str, str] | None = None) -> Served:
+    def start(settings: Settings | None, *flags: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> Served:
         port, log = free_port(), tmp_path / f"serve-{len(started)}.log"
         with open(log, "w") as out:
             process = subprocess.Popen([sys.executable, "-m", "lockstep", "serve", "--port", str(port), *flags],
-                                       stdout=out, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                                       env={**env_of(settings), **(env or {})})
+                                       stdout=out, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                                       env={**(env_of(settings) if settings is not None else {}), **(env or {})})
         started.append(process)
         wait_until(lambda: "serving Lockstep's tables" in log.read_text() or process.poll() is not None,
                    lambda: log.read_text(), timeout=60)

@@ -33,11 +33,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.client.rest import get_json
 from coordinator.client.topics import create_topics
-from coordinator.dev.broker import free_port
-from coordinator.dev.worker import WorkerProcess
 from coordinator.domain.errors import ExitCode, Unreachable
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
+from lockstep.dev.broker import free_port
+from lockstep.dev.worker import WorkerProcess
 from tests.support import ROOT
 
 PIPELINE = """
@@ -143,10 +143,10 @@ class StartResult:
 class RunProcess:
     """`lockstep run` as a child process whose output lines are timestamped as they arrive."""
 
-    def __init__(self, pipeline: Path, env: dict[str, str], log: Path) -> None:
+    def __init__(self, pipeline: Path, env: dict[str, str], log: Path, cwd: Path = ROOT) -> None:
         self.started = time.monotonic()
         self.proc = subprocess.Popen([sys.executable, "-m", "lockstep", "run", str(pipeline)], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
                                      start_new_session=True)
         self.lines: list[tuple[float, str]] = []
         self._log = log

@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
-from coordinator.dev.broker import free_port
 from coordinator.settings import Settings
 from lockstep.cli import cli
+from lockstep.dev.broker import free_port
 from tests.support import ROOT, metric_samples, wait_until
 from tests.support.barriers import wait_for_barrier
 from tests.support.supervising import KeyedRecords

@@ -14,10 +14,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from coordinator.dev.broker import free_port
 from coordinator.domain.errors import ExitCode, LockstepError, NotStarted, Rejected, Unreachable, UsageError
 from lockstep import signals
 from lockstep.cli import EXIT_CODES, LockstepGroup, cli
+from lockstep.dev.broker import free_port
 from tests.support import ROOT
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.dev.broker import HOST, BrokerError, LocalBroker, LocalKafkaCluster, free_port, new_cluster_id, process_alive
 from coordinator.settings import Settings
+from lockstep.dev.broker import HOST, BrokerError, LocalBroker, LocalKafkaCluster, free_port, new_cluster_id, process_alive
 from tests.support import ROOT, run_lockstep
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

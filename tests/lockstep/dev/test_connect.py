@@ -19,11 +19,11 @@ import fastavro
 import pytest
 from confluent_kafka import Consumer
 
-from coordinator.dev.connect import LocalConnect, postgres_source
-from coordinator.dev.postgres import LocalPostgres
-from coordinator.dev.registry import LocalRegistry
-from coordinator.dev.service import HOST, free_port, process_alive
 from coordinator.settings import Settings
+from lockstep.dev.connect import LocalConnect, postgres_source
+from lockstep.dev.postgres import LocalPostgres
+from lockstep.dev.registry import LocalRegistry
+from lockstep.dev.service import HOST, free_port, process_alive
 from tests.support import ROOT, run_lockstep
 
 pytestmark = [pytest.mark.integration]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.dev.metastore import LocalMetastore, MetastoreError
-from coordinator.dev.service import HOST, free_port, process_alive
 from coordinator.settings import Settings
+from lockstep.dev.metastore import LocalMetastore, MetastoreError
+from lockstep.dev.service import HOST, free_port, process_alive
 from tests.support import ROOT, run_lockstep
 
 pytestmark = [pytest.mark.integration]

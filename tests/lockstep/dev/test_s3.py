@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.dev.s3 import LocalS3
-from coordinator.dev.service import HOST, free_port, process_alive
 from coordinator.settings import Settings
+from lockstep.dev.s3 import LocalS3
+from lockstep.dev.service import HOST, free_port, process_alive
 from tests.support import ROOT, run_lockstep
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from coordinator.dev.service import HOST, _ephemeral_low, free_port
+from lockstep.dev.service import HOST, _ephemeral_low, free_port
 
 
 def test_free_ports_lie_below_the_ephemeral_range_and_can_be_bound() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coordinator.dev.spark import LocalSparkCluster, spark_home
 from coordinator.settings import Settings
+from lockstep.dev.spark import LocalSparkCluster, spark_home
 
 
 def test_the_managed_spark_cluster_follows_the_settings(tmp_path: Path) -> None:

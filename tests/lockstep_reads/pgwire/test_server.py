@@ -17,8 +17,8 @@ import psycopg
 import pytest
 
 from coordinator.client.state import read_state
-from coordinator.dev.broker import free_port
 from coordinator.settings import Settings
+from lockstep.dev.broker import free_port
 from lockstep_reads import query
 from tests.support import ROOT, wait_until
 from tests.support.clicks import Clicks

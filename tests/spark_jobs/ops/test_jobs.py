@@ -19,9 +19,9 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from coordinator.client.state import read_state
-from coordinator.dev.broker import free_port
 from coordinator.domain.errors import ForeignState
 from coordinator.settings import Settings
+from lockstep.dev.broker import free_port
 from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.ops.tables import checkpoint_location
 from spark_jobs.ops.vacuum import vacuum

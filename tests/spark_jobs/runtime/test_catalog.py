@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from coordinator.dev.broker import free_port
-from coordinator.dev.metastore import LocalMetastore
 from coordinator.settings import Settings
+from lockstep.dev.broker import free_port
+from lockstep.dev.metastore import LocalMetastore
 from tests.support import ROOT
 from tests.support.barriers import SEQUENCED_PIPELINE, at, wait_for_barrier
 from tests.support.supervising import SequencedFeed

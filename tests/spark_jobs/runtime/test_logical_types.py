@@ -1,6 +1,6 @@
 """Every type a default Debezium PostgreSQL connector writes, into the Spark types a table may
 declare for it; the field schemas are the ones the connector registered in a real run
-(tests/coordinator/dev/test_connect.py starts that stack)."""
+(tests/lockstep/dev/test_connect.py starts that stack)."""
 
 from __future__ import annotations
 
