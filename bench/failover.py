@@ -81,14 +81,14 @@ class BankReader(threading.Thread):
         self.failures = 0
 
     def run(self) -> None:
-        from spark_jobs.api.reads import open_snapshot
+        from lockstep_reads import open_snapshot
         from spark_jobs.runtime.session import build_session
 
         spark = build_session("bank-reader", settings=self.settings)
         seen: dict[tuple[tuple[str, int | None], ...], bool] = {}
         while not self.halt.wait(0.2):
             try:
-                with open_snapshot(spark, ["paid", "received"], settings=self.settings) as snap:
+                with open_snapshot(["paid", "received"], settings=self.settings, spark=spark) as snap:
                     key = tuple(sorted(snap.versions.items()))
                     if key not in seen:
                         row = snap.sql("SELECT (SELECT SUM(total) FROM paid) AS paid, "
@@ -129,9 +129,9 @@ def main() -> None:
     add_json_flag(parser)
     args = parser.parse_args()
     figures = Figures("failover", args)
-    from coordinator.dev.broker import free_port
-    from coordinator.dev.worker import WorkerProcess
     from coordinator.settings import Settings
+    from lockstep.dev.broker import free_port
+    from lockstep.dev.worker import WorkerProcess
     from spark_jobs.demo.datagen import ensure_topic
 
     with ExitStack() as cleanup:

@@ -129,9 +129,8 @@ def child_read(topology: Topology, system: str, until: float, out: Path, nice: i
     Lockstep's reader reads the light way (``lockstep_reads``, no JVM) unless ``engine`` is
     ``spark``; the plain reader always uses Spark (plain Delta has no barriers to pin)."""
     yield_cpu(nice)
-    import lockstep_reads
     from coordinator.settings import Settings
-    from spark_jobs.api.reads import SnapshotError, open_snapshot
+    from lockstep_reads import SnapshotError, open_snapshot
     from spark_jobs.runtime.delta_log import latest_version
     from spark_jobs.runtime.session import build_session
 
@@ -145,14 +144,14 @@ def child_read(topology: Topology, system: str, until: float, out: Path, nice: i
             t0 = time.time()
             try:
                 if light:
-                    with lockstep_reads.open_snapshot(tables, settings=settings) as light_snap:
+                    with open_snapshot(tables, settings=settings) as light_snap:
                         key = tuple(sorted(light_snap.versions.items()))
                         rows = seen.get(key) if cache else None
                         if rows is None:
                             rows = light_snap.sql(topology.read).to_pylist()
                         barrier = light_snap.barrier
                 elif system == "lockstep":
-                    with open_snapshot(spark, tables, "read-committed", settings=settings) as snap:
+                    with open_snapshot(tables, "read-committed", settings=settings, spark=spark) as snap:
                         key = tuple(sorted(snap.versions.items()))
                         rows = seen.get(key) if cache else None
                         if rows is None:

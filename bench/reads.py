@@ -56,8 +56,8 @@ class Readers:
     def __init__(self, env: dict[str, str], tmp: Path, procs: Processes) -> None:
         import psycopg
 
-        from coordinator.dev.broker import free_port
         from coordinator.settings import Settings
+        from lockstep.dev.broker import free_port
         from spark_jobs.runtime.session import build_session
 
         self.settings = Settings.from_env(env)
@@ -111,9 +111,9 @@ class Readers:
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def _read_spark(self) -> list[Any]:
-        from spark_jobs.api.reads import open_snapshot
+        from lockstep_reads import open_snapshot
 
-        with open_snapshot(self.spark, list(TABLES), settings=self.settings) as snap:
+        with open_snapshot(list(TABLES), settings=self.settings, spark=self.spark) as snap:
             return [r.asDict() for r in snap.sql(FLIP_JOIN).collect()]
 
     def close(self) -> None:

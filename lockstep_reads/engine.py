@@ -24,15 +24,11 @@ from deltalake.exceptions import DeltaError
 
 from coordinator.domain.lineage import LineageTable
 from coordinator.domain.snapshot import HIDDEN, is_changelog, latest_rows_sql
-from lockstep_reads.statements import StatementError
+from lockstep_reads.statements import QueryError
 from lockstep_reads.tables import VersionGone, first_line, gone
 
 # PostgreSQL's rule for names (unquoted ones fold to lower case); a small machine's two cores
 SESSION = {"datafusion.sql_parser.enable_ident_normalization": "true", "datafusion.execution.target_partitions": "2"}
-
-
-class QueryError(StatementError):
-    """The engine could not run the query (unknown column, type error, ...): its first line."""
 
 
 def quoted(name: str) -> str:

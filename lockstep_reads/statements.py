@@ -40,6 +40,11 @@ class StatementError(LockstepError):
     """The SQL cannot run on a reader: it does not parse, or it is not a read."""
 
 
+class QueryError(StatementError):
+    """The engine (DataFusion, or Spark) could not run the query (unknown column, type error, ...):
+    its first line."""
+
+
 class Refused(StatementError):
     """A write, DDL or other statement that is not a read; readers never change anything."""
 

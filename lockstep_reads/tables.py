@@ -79,7 +79,7 @@ def check_readable(name: str, table: DeltaTable) -> None:
         raise UnreadableTable(
             f"table {name!r} uses the Delta feature(s) {', '.join(unknown)}, which this reader (delta-rs) is not "
             "checked to read as Spark does; read it through Spark (lockstep query --engine spark, or "
-            "spark_jobs.api.open_snapshot)")
+            "open_snapshot(..., spark=spark))")
 
 
 class TableVersions:

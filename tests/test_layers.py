@@ -28,16 +28,21 @@ ALLOWED: dict[str, tuple[str, ...] | None] = {
     "coordinator.columns": ("coordinator.spark_sql",),
     "coordinator.client": ("coordinator.domain", "coordinator.codec", *BASE),
     "coordinator.stream": ("coordinator.domain", "coordinator.codec", "coordinator.client", "coordinator.columns", *BASE),
-    "coordinator.dev": ("coordinator.domain.errors", "coordinator.client", *BASE),
+    # the local development stack (`lockstep dev`): servers as child processes, beside the CLI that starts them
+    "lockstep.dev": ("coordinator.domain.errors", "coordinator.client", *BASE),
     "coordinator.replay": ("coordinator.domain", "coordinator.codec", "coordinator.client", *BASE),
     # consistent reads without Spark (delta-rs, DataFusion): the light path and its Postgres-wire server
     "lockstep_reads": ("coordinator.domain", "coordinator.client", *BASE),
+    # a snapshot read by a SparkSession (imported only when one is given): time travel and Spark SQL
+    "lockstep_reads.spark": ("coordinator.domain", "coordinator.client", "coordinator.spark_sql", *BASE,
+                             "lockstep_reads.statements", "lockstep_reads.tables", "spark_jobs.planning", "spark_jobs.runtime"),
     "spark_jobs": (),  # the package's docstring only
     # the data plane, by audience: planning <- runtime <- ops <- api <- demo
     "spark_jobs.planning": ("coordinator.domain", "coordinator.columns", "coordinator.spark_sql"),
     "spark_jobs.runtime": (*DATA_PLANE_BASE, "spark_jobs.planning"),
     "spark_jobs.ops": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime"),
-    "spark_jobs.api": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime", "spark_jobs.ops"),
+    "spark_jobs.api": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime", "spark_jobs.ops",
+                       "lockstep_reads"),  # reads have one front door: lockstep_reads.open_snapshot
     "spark_jobs.demo": (*DATA_PLANE_BASE, "spark_jobs.planning", "spark_jobs.runtime", "spark_jobs.ops", "spark_jobs.api",
                         "lockstep_reads"),  # the demo's readers: light by default, Spark to compare
     "lockstep": ("coordinator", "spark_jobs", "lockstep_reads"),  # the composition root: it may import every layer
@@ -58,6 +63,10 @@ def imported_modules(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
+            # `from package import module` imports the module too (circles pass through it)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if (ROOT / node.module.replace(".", "/") / alias.name).with_suffix(".py").exists()
+                         or (ROOT / node.module.replace(".", "/") / alias.name / "__init__.py").exists())
     return names
 
 
@@ -111,9 +120,8 @@ def test_no_module_imports_itself_around_a_circle() -> None:
     for name, path in modules.items():
         graph[name] = set()
         for imported in imported_modules(path):
-            target = imported if imported in modules else imported.rsplit(".", 1)[0]  # `from pkg import module`
-            if target in modules and target != name:
-                graph[name].add(target)
+            if imported in modules and imported != name:
+                graph[name].add(imported)
     on_path: list[str] = []
     done: set[str] = set()
 

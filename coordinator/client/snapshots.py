@@ -3,9 +3,9 @@ answer to "which Delta version of each table, and where" (``pin``), and the repe
 lease that keeps those versions from vacuum (``Lease``).
 
 A read is two steps: ask the coordinator for a barrier and each table's version (the read
-levels: docs/reads.md), then read those Delta versions with any engine. Spark's
-``spark_jobs.api.open_snapshot`` and the light ``lockstep_reads.open_snapshot`` both do the
-first step here, so a level means the same everywhere.
+levels: docs/reads.md), then read those Delta versions with any engine.
+``lockstep_reads.open_snapshot`` does the first step here whichever engine reads (DataFusion or
+Spark), and so does ``lockstep serve``, so a level means the same everywhere.
 
 Example::
 

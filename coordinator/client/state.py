@@ -18,15 +18,17 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
+from coordinator.client.clock import now_ms
 from coordinator.client.offsets import EndOffsets
 from coordinator.client.topics import STATE_GROUP, Topics
 from coordinator.codec import DecodeError, default_codec
 from coordinator.domain import BarrierCompleted, MetaState, Tombstone, fold
+from coordinator.domain.lineage import LineageTable, lineage_rows
 from coordinator.domain.roles import placement_problem
 from coordinator.domain.validity import record_problem
 from coordinator.settings import Settings
@@ -215,3 +217,8 @@ class StateFollower(threading.Thread):
     def wait_current(self, timeout: float = 30.0) -> None:
         """Block until everything written before this call is folded."""
         self.wait_for(self.reader.end_offsets(), timeout)
+
+
+def lineage_tables(settings: Settings) -> Mapping[str, LineageTable]:
+    """The lineage tables (``__meta_*``) as they are now: a fold of the state topics."""
+    return lineage_rows(read_state(settings), now_ms(), settings.barriers.liveness_ms)

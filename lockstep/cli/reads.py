@@ -20,10 +20,6 @@ from lockstep.cli.common import echo_json, format_option, parse_when
 LEVEL_CHOICE = click.Choice([level.value for level in ReadLevel])
 
 
-class QueryError(LockstepError):
-    """Spark could not run the SQL (unknown column, type error, ...); the message is Spark's first line."""
-
-
 @click.command()
 @click.argument("sql")
 @click.option("--consistency", type=LEVEL_CHOICE, default=ReadLevel.READ_COMMITTED.value, show_default=True,
@@ -73,18 +69,14 @@ def _say_read(barrier: int | None, versions: dict[str, int | None]) -> None:
 def _spark_query(settings: Settings, sql: str, consistency: str, as_of_barrier: int | None, at_ms: int | None,
                  limit: int) -> tuple[list[str], list[tuple]]:
     """The query through a Spark session of its own (Spark SQL)."""
-    from sqlglot.errors import ParseError
-
-    from lockstep_reads.statements import require_spark_read
+    from lockstep_reads.snapshot import open_snapshot
+    from lockstep_reads.spark import referenced_tables
+    from lockstep_reads.statements import QueryError, require_spark_read
     from spark_jobs.api.lineage import register_lineage_views
-    from spark_jobs.api.reads import open_snapshot, referenced_tables
     from spark_jobs.runtime.session import build_session, spark_error
 
     require_spark_read(sql)  # before a JVM starts: one query, no writes, jars, JVM calls or file paths
-    try:
-        tables = referenced_tables(sql)
-    except ParseError as exc:
-        raise QueryError(f"the SQL does not parse: {exc}") from exc
+    tables = referenced_tables(sql)
     if tables:
         check_known(tables, get_json(settings, "/topology")["tables"])
     spark = build_session("lockstep-query", settings=settings)
@@ -93,7 +85,7 @@ def _spark_query(settings: Settings, sql: str, consistency: str, as_of_barrier: 
             register_lineage_views(spark, settings)
             frame = spark.sql(sql)
             return frame.columns, [tuple(r) for r in frame.limit(limit).collect()]
-        with open_snapshot(spark, tables, consistency, as_of_barrier, at_ms, settings) as snap:
+        with open_snapshot(tables, consistency, as_of_barrier, at_ms, settings, spark=spark) as snap:
             _say_read(snap.barrier, snap.versions)
             frame = snap.sql(sql)
             return frame.columns, [tuple(r) for r in frame.limit(limit).collect()]

@@ -11,7 +11,7 @@ names, so a query over them returns no rows rather than an error.
 
 Example::
 
-    answer(tree, "SELECT relname FROM pg_catalog.pg_class WHERE relkind = 'r'", session)  # a pyarrow.Table
+    answer(tree, "SELECT relname FROM pg_catalog.pg_class WHERE relkind = 'r'", settings, parameters)  # a pyarrow.Table
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from lockstep_reads.snapshot import versions_for
 from lockstep_reads.statements import DIALECT, folded
 
 if TYPE_CHECKING:
-    from lockstep_reads.pgwire.session import Session
+    from coordinator.settings import Settings
 
 PG_CATALOG, PUBLIC, INFORMATION_SCHEMA = 11, 2200, 13000
 SQL_NAMES = {16: "boolean", 17: "bytea", 20: "bigint", 21: "smallint", 23: "integer", 25: "text", 26: "oid", 114: "json",
@@ -69,9 +69,8 @@ class Relation:
     comment: str | None
 
 
-def relations(session: Session) -> list[Relation]:
+def relations(settings: Settings) -> list[Relation]:
     """The registered tables that have a Delta table, with their visible columns (newest schema)."""
-    settings = session.settings
     found = []
     for name in sorted(get_json(settings, "/topology")["tables"]):
         try:
@@ -91,7 +90,7 @@ def _rows(columns: str, rows: Iterable[tuple[object, ...]]) -> LineageTable:
     return LineageTable(spec, list(rows))
 
 
-def tables_of(relations: list[Relation], session: Session) -> dict[str, LineageTable]:
+def tables_of(relations: list[Relation], parameters: dict[str, str]) -> dict[str, LineageTable]:
     """Every catalog table this module has rows for, by ``schema.name``."""
     ours = [(r, i + 1, name, kind, nullable) for r in relations for i, (name, kind, nullable) in enumerate(r.columns)]
     types = sorted(t.BY_OID.values(), key=lambda k: k.oid)
@@ -138,7 +137,7 @@ def tables_of(relations: list[Relation], session: Session) -> dict[str, LineageT
             "objoid BIGINT, classoid BIGINT, objsubid BIGINT, description STRING",
             [(r.oid, CATALOG_OIDS["pg_class"], 0, r.comment) for r in relations if r.comment]),
         "pg_catalog.pg_settings": _rows("name STRING, setting STRING, unit STRING, category STRING, vartype STRING",
-                                        [(k, v, None, "Lockstep", "string") for k, v in sorted(session.parameters.items())]),
+                                        [(k, v, None, "Lockstep", "string") for k, v in sorted(parameters.items())]),
         "pg_catalog.pg_tables": _rows(
             "schemaname STRING, tablename STRING, tableowner STRING, tablespace STRING, hasindexes BOOLEAN, "
             "hasrules BOOLEAN, hastriggers BOOLEAN, rowsecurity BOOLEAN",
@@ -183,14 +182,14 @@ def asks_catalog(tree: exp.Expression) -> bool:
             or any(isinstance(node, SPECIAL) or _function_name(node) in OUR_FUNCTIONS for node in tree.walk()))
 
 
-def answer(tree: exp.Expression, text: str, session: Session) -> pa.Table | None:
+def answer(tree: exp.Expression, text: str, settings: Settings, parameters: dict[str, str]) -> pa.Table | None:
     """The rows of a catalog statement, or None if ``tree`` is not one."""
     if not asks_catalog(tree):
         return None
     tree = sqlglot.parse_one(re.sub(r"OPERATOR\(pg_catalog\.([^)]+)\)", r"\1", text), read=DIALECT)
     wanted = {name for table in tree.find_all(exp.Table) if (name := _catalog_name(table))}
-    rels = relations(session) if any(n.split(".")[1] in _USES_RELATIONS for n in wanted) else []
-    known = tables_of(rels, session)
+    rels = relations(settings) if any(n.split(".")[1] in _USES_RELATIONS for n in wanted) else []
+    known = tables_of(rels, parameters)
     if _reads_nothing(tree, known):
         names = _output_names(tree)
         return pa.Table.from_arrays([pa.array([], pa.string()) for _ in names], names)
@@ -217,7 +216,7 @@ def answer(tree: exp.Expression, text: str, session: Session) -> pa.Table | None
         table.replace(exp.Table(this=exp.to_identifier(view), alias=table.args.get("alias")
                                 or exp.TableAlias(this=exp.to_identifier(table.name))))
     for node in list(tree.walk())[::-1]:  # children first: a rewritten function's arguments are rewritten already
-        new = _rewrite(node, rels, session)
+        new = _rewrite(node, rels, parameters)
         if new is not node:
             tree = new if node is tree else tree
             node.replace(new)
@@ -277,7 +276,7 @@ def _referenced_columns(tree: exp.Expression, table: exp.Table) -> set[str]:
             if isinstance(c.this, exp.Identifier) and (c.table == alias or (single and not c.table))}
 
 
-def _rewrite(node: exp.Expression, rels: list[Relation], session: Session) -> exp.Expression:
+def _rewrite(node: exp.Expression, rels: list[Relation], parameters: dict[str, str]) -> exp.Expression:
     """One node of a catalog statement as DataFusion can run it."""
     if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and node.this.name.lower() == "pg_catalog":
         return node.expression  # a function of pg_catalog's, rewritten already
@@ -290,7 +289,7 @@ def _rewrite(node: exp.Expression, rels: list[Relation], session: Session) -> ex
     if isinstance(node, exp.Cast):
         return _cast(node, rels)
     if isinstance(node, exp.CurrentVersion):
-        return exp.Literal.string(f"PostgreSQL {session.parameters['server_version']} on x86_64-pc-linux-gnu, "
+        return exp.Literal.string(f"PostgreSQL {parameters['server_version']} on x86_64-pc-linux-gnu, "
                                   "reading Lockstep's consistent snapshots")
     if isinstance(node, exp.CurrentUser | exp.SessionUser):
         return exp.Literal.string("lockstep")
@@ -319,7 +318,7 @@ def _rewrite(node: exp.Expression, rels: list[Relation], session: Session) -> ex
     if name == "current_schemas":
         return exp.Array(expressions=[exp.Literal.string("public")])
     if name == "current_setting" and args and isinstance(args[0], exp.Literal):
-        return exp.Literal.string(session.parameters.get(args[0].name, ""))
+        return exp.Literal.string(parameters.get(args[0].name, ""))
     if name == "obj_description" and args:
         comments = [(r.oid, r.comment) for r in rels if r.comment]
         return exp.Case(ifs=[exp.If(this=exp.EQ(this=args[0].copy(), expression=exp.Literal.number(oid)),

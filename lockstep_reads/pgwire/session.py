@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from coordinator.client.snapshots import CoordinatorUnreachable, SnapshotError
+from coordinator.client.state import lineage_tables
 from coordinator.domain.errors import UnknownTables
 from coordinator.domain.snapshot import ReadLevel, epoch_ms
 from coordinator.settings import Settings
-from lockstep_reads.engine import QueryError
 from lockstep_reads.pgwire import catalog, limits
 from lockstep_reads.pgwire.limits import Limits
 from lockstep_reads.pgwire.workers import Job
-from lockstep_reads.snapshot import Snapshot, lineage_tables, open_snapshot
-from lockstep_reads.statements import Kind, Refused, Statement, StatementError, lineage_named, tables_named
+from lockstep_reads.snapshot import Snapshot, open_snapshot
+from lockstep_reads.statements import Kind, QueryError, Refused, Statement, StatementError, lineage_named, tables_named
 from lockstep_reads.tables import UnreadableTable, VersionGone
 
 SERVER_VERSION, SERVER_VERSION_NUM = "15.0", "150000"  # what psql and drivers adapt their catalog queries to
@@ -158,7 +158,7 @@ class Session:
         if kind == Kind.EMPTY:
             return Outcome("")
         tree = statement.require_query()
-        answered = catalog.answer(tree, text, self)
+        answered = catalog.answer(tree, text, self.settings, self.parameters)
         if answered is not None:
             return Outcome(f"SELECT {answered.num_rows}", answered)
         return Outcome("SELECT", job=self._read(statement, tables_named(tree)))

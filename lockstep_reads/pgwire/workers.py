@@ -38,7 +38,8 @@ import pyarrow as pa
 from coordinator.client.snapshots import SnapshotError
 from coordinator.domain.lineage import LineageTable
 from coordinator.settings import Settings
-from lockstep_reads.engine import QueryError, stream_query
+from lockstep_reads.engine import stream_query
+from lockstep_reads.statements import QueryError
 from lockstep_reads.tables import TableVersions, UnreadableTable, VersionGone
 
 SCHEMA, BATCH, END, FAILED = b"S", b"B", b"E", b"X"

@@ -49,9 +49,10 @@ class ContinuousQuery:
     settings: Settings = field(default_factory=Settings.from_env)
 
     def frame(self, consistency: str = ReadLevel.READ_COMMITTED) -> DataFrame:
-        from spark_jobs.api.reads import open_snapshot, referenced_tables
+        from lockstep_reads.snapshot import open_snapshot
+        from lockstep_reads.spark import referenced_tables
 
-        snapshot = open_snapshot(self.spark, referenced_tables(self.sql), consistency, settings=self.settings)
+        snapshot = open_snapshot(referenced_tables(self.sql), consistency, settings=self.settings, spark=self.spark)
         snapshot.close()  # the frame stays readable; a lease would only outlive this call
         return snapshot.sql(self.sql)
 

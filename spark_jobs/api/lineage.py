@@ -13,37 +13,23 @@ tables of the jobs that read Table1", runs as written::
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from pyspark.sql import DataFrame, SparkSession
 
 from coordinator.client.clock import now_ms
-from coordinator.client.state import read_state
+from coordinator.client.state import lineage_tables
 from coordinator.domain import MetaState
 from coordinator.domain.lineage import LINEAGE_TABLES, lineage_rows
 from coordinator.settings import Settings
-
-META_TABLES = LINEAGE_TABLES
-
-
-def is_meta_table(name: str) -> bool:
-    return name.lower() in META_TABLES
+from lockstep_reads import spark as spark_reads
 
 
 def lineage_frames(spark: SparkSession, state: MetaState, liveness_ms: int | None = None) -> dict[str, DataFrame]:
     """The three lineage tables of ``state`` as DataFrames (``coordinator.domain.lineage``)."""
-    frames = {}
-    for name, table in lineage_rows(state, now_ms(), liveness_ms).items():
-        at = [i for i, (_, kind) in enumerate(table.columns) if kind == "TIMESTAMP"]
-        rows = [tuple(datetime.fromtimestamp(v / 1000, UTC) if i in at else v for i, v in enumerate(row))
-                for row in table.rows]
-        frames[name] = spark.createDataFrame(rows, ", ".join(f"{column} {kind}" for column, kind in table.columns))
-    return frames
+    return spark_reads.lineage_frames(spark, lineage_rows(state, now_ms(), liveness_ms))
 
 
 def register_lineage_views(spark: SparkSession, settings: Settings | None = None) -> list[str]:
     """Register the lineage tables as temp views of ``spark``; returns their names."""
-    settings = settings or Settings.from_env()
-    for name, frame in lineage_frames(spark, read_state(settings), settings.barriers.liveness_ms).items():
+    for name, frame in spark_reads.lineage_frames(spark, lineage_tables(settings or Settings.from_env())).items():
         frame.createOrReplaceTempView(name)
-    return list(META_TABLES)
+    return list(LINEAGE_TABLES)

@@ -2,8 +2,8 @@
 counts the rows whose average price is not the item's unit price: numbers that never existed.
 
 ``lockstep demo`` and the consistency tests both use it. A prober without a Spark session reads
-the light way (``lockstep_reads``: delta-rs and DataFusion in this process, no JVM); with one,
-through Spark's ``open_snapshot``, for comparison; with a ``dsn``, through ``lockstep serve`` as
+the light way (delta-rs and DataFusion in this process, no JVM); with one, through Spark, for
+comparison (both ``lockstep_reads.open_snapshot``); with a ``dsn``, through ``lockstep serve`` as
 any PostgreSQL client would (a transaction at the level per read).
 
 Example::
@@ -21,11 +21,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-import lockstep_reads
+from coordinator.client.snapshots import CoordinatorUnreachable, SnapshotError
 from coordinator.domain.delays import percentile
 from coordinator.domain.snapshot import ReadLevel
 from coordinator.settings import Settings
-from spark_jobs.api.reads import CoordinatorUnreachable, SnapshotError, open_snapshot
+from lockstep_reads.snapshot import open_snapshot
 from spark_jobs.demo.datagen import unit_price
 
 TABLES = ("user_item_amount", "user_item_price")
@@ -87,13 +87,8 @@ class Prober:
         if self.dsn is not None:
             return self._read_served(level, stats)
         try:
-            if self.spark is not None:
-                snap: Any = open_snapshot(self.spark, TABLES, level, settings=self.settings)
-            else:
-                snap = lockstep_reads.open_snapshot(TABLES, level, settings=self.settings)
+            snap: Any = open_snapshot(TABLES, level, settings=self.settings, spark=self.spark)
             with snap:
-                if self.memo and self.spark is not None:
-                    snap.pin_latest()  # (the light snapshot fixes read-uncommitted's versions when it opens)
                 key = tuple(sorted(snap.versions.items())) if self.memo else None
                 rows = self._memo.get(key) if key is not None else None
                 if rows is None:

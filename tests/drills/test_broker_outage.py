@@ -19,10 +19,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from coordinator.client.topics import create_topics
-from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.domain.errors import LockstepError
 from coordinator.settings import Settings
-from spark_jobs.api.reads import open_snapshot
+from lockstep.dev.broker import LocalBroker, free_port
+from lockstep_reads import open_snapshot
 from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support import wait_until
@@ -52,7 +52,7 @@ class Reader(threading.Thread):
     def run(self) -> None:
         while not self.halt.wait(1.0):
             try:
-                with open_snapshot(self.spark, ["events", "per_key"], settings=self.settings) as snap:
+                with open_snapshot(["events", "per_key"], settings=self.settings, spark=self.spark) as snap:
                     truth = {r["k"]: (r["n"], r["last_seq"], r["total"]) for r in snap.sql(
                         "SELECT k, COUNT(*) AS n, MAX(seq) AS last_seq, SUM(seq) AS total FROM events GROUP BY k").collect()}
                     seen = {r["k"]: (r["n"], r["last_seq"], r["total"]) for r in snap.table("per_key").collect()}

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from coordinator.domain import MetaState
 from coordinator.settings import Settings
-from spark_jobs.api.reads import SnapshotError, open_snapshot
+from lockstep_reads import SnapshotError, open_snapshot
 from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.planning.pipeline import joined, load_pipeline, parse_pipeline
 from tests.support.barriers import at, wait_for_barrier
@@ -64,7 +64,7 @@ class Reader(threading.Thread):
     def run(self) -> None:
         while not self.stop.is_set():
             try:
-                with open_snapshot(self.spark, TABLES, settings=self.settings) as snap:
+                with open_snapshot(TABLES, settings=self.settings, spark=self.spark) as snap:
                     rows = {t: snap.table(t).collect() for t in TABLES}
             except SnapshotError:
                 continue  # no common exact point yet

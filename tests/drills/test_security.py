@@ -29,7 +29,6 @@ from coordinator.client.commands import CommandClient, emit, new_request_id
 from coordinator.client.state import StateReader
 from coordinator.client.topics import Topics, create_topics
 from coordinator.codec import default_codec
-from coordinator.dev.broker import LocalBroker, free_port
 from coordinator.domain import (
     AbandonTable,
     AcquireLease,
@@ -57,7 +56,8 @@ from coordinator.domain import (
 from coordinator.domain.errors import NotAuthorised
 from coordinator.domain.roles import COMMAND_ROLES, Role, placement_problem
 from coordinator.settings import Settings
-from spark_jobs.api.reads import open_snapshot
+from lockstep.dev.broker import LocalBroker, free_port
+from lockstep_reads import open_snapshot
 from spark_jobs.ops.jobs import register_pipeline, start_jobs
 from spark_jobs.planning.pipeline import parse_pipeline
 from tests.support import wait_until
@@ -136,7 +136,7 @@ def test_each_role_runs_with_its_acls_and_a_principal_without_them_writes_nothin
                 producer.produce(topic, json.dumps({"shop": i % 4, "amount": i}).encode(), partition=i % 2)
             producer.flush(10)
             wait_for_barrier(jobs, ["sales", "per_shop"], {0: 50, 1: 50}, topic)
-            with open_snapshot(spark, ["sales", "per_shop"], "read-committed", settings=reader) as snap:
+            with open_snapshot(["sales", "per_shop"], "read-committed", settings=reader, spark=spark) as snap:
                 totals = {r.shop: r.total for r in snap.table("per_shop").collect()}
                 assert snap.table("sales").count() == 100
             assert totals == {shop: sum(range(shop, 100, 4)) for shop in range(4)}

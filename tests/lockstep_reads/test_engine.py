@@ -7,7 +7,8 @@ import datetime as dt
 import pytest
 
 from coordinator.domain.lineage import LineageTable
-from lockstep_reads.engine import QueryError, run_query
+from lockstep_reads.engine import run_query
+from lockstep_reads.statements import QueryError
 
 
 @pytest.mark.parametrize("sql", ["SELECT * FROM read_csv('/etc/passwd')", "SELECT * FROM read_parquet('/tmp/t.parquet')",

@@ -18,10 +18,9 @@ import coordinator.client.snapshots as snapshots
 from coordinator.client.rest import get_json
 from coordinator.client.snapshots import CoordinatorUnreachable, SnapshotError, pin
 from coordinator.client.state import read_state
-from coordinator.dev.broker import free_port
 from coordinator.settings import Settings
+from lockstep.dev.broker import free_port
 from lockstep_reads import QueryError, Refused, VersionGone, open_snapshot, query
-from spark_jobs.api.reads import open_snapshot as spark_snapshot
 from spark_jobs.ops.vacuum import vacuum
 from tests.support import ROOT
 from tests.support.barriers import wait_for_barrier
@@ -52,7 +51,7 @@ def read_levels(settings: Settings, clicks: Clicks, spark: SparkSession) -> None
         assert per_page.column_names == ["page", "views", "users", "avg_ms"]  # no bookkeeping columns
         consistent = snap.sql(CHECK).to_pylist()
         assert consistent and all(r["views"] == r["counted"] and r["users"] == r["distinct_users"] for r in consistent)
-        with spark_snapshot(spark, TABLES, as_of_barrier=snap.barrier, settings=settings) as same:
+        with open_snapshot(TABLES, as_of_barrier=snap.barrier, settings=settings, spark=spark) as same:
             assert same.versions == snap.versions
             assert rows(per_page) == sorted(tuple(r) for r in same.table("per_page").collect())
     # where each table lives, for any engine that reads Delta at a version

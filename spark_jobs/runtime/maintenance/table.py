@@ -2,7 +2,7 @@
 
 ``MaintainedTable`` holds the table's sink, its plan and result schema, and reads its sources:
 a snapshot at a version, or the rows versions changed with a weight (+1 inserted, -1
-retracted). Every way of maintaining the table (``change_rows``, ``groups``, ``writes``,
+retracted). Every way of maintaining the table (``change_rows``, ``aggregates``, ``writes``,
 ``functions``) takes it.
 """
 

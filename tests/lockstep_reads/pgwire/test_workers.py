@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from coordinator.settings import Settings
-from lockstep_reads.engine import QueryError
 from lockstep_reads.pgwire.workers import Job, QueryWorkers, Stopped
+from lockstep_reads.statements import QueryError
 
 RUNAWAY = "SELECT count(*) FROM generate_series(1, 100000000000)"
 

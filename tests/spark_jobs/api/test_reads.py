@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
-from spark_jobs.api.reads import CoordinatorUnreachable, SnapshotError, open_snapshot
+from lockstep_reads import CoordinatorUnreachable, QueryError, Snapshot, SnapshotError, open_snapshot
 from spark_jobs.demo.probes import FLIP_JOIN, Prober, wrong_prices
 from tests.support import lockstep_in_process, run_lockstep
 from tests.support.barriers import at, read_state, wait_for_barrier
@@ -71,7 +71,7 @@ def test_consistent_reads_while_the_pipeline_runs(
         assert all(light.stats[level].reads == 20 and light.stats[level].anomalous_reads == 0
                    for level in ("read-committed", "repeatable-read")), light.stats
         # repeatable read: the same answer while writers move on; its lease is visible, then gone
-        with open_snapshot(spark, ["user_item_amount", "user_item_price"], "repeatable-read", settings=settings) as snap:
+        with open_snapshot(["user_item_amount", "user_item_price"], "repeatable-read", settings=settings, spark=spark) as snap:
             first = sorted(tuple(r) for r in snap.sql(FLIP_JOIN).collect())
             lease = read_state(settings).leases[snap.lease_id]
             assert lease.barrier == snap.barrier
@@ -106,7 +106,7 @@ def test_consistent_reads_while_the_pipeline_runs(
     for offset, r in shoppers.sent:
         if offset < cut:
             expected[(r["user_id"], r["item_id"])] += r["amount"]
-    with open_snapshot(spark, ["user_item_amount"], as_of_barrier=old, settings=settings) as snap:
+    with open_snapshot(["user_item_amount"], as_of_barrier=old, settings=settings, spark=spark) as snap:
         got = {(r["user_id"], r["item_id"]): r["total_amount"] for r in snap.table("user_item_amount").collect()}
     assert got == dict(expected)
 
@@ -147,7 +147,7 @@ def test_consistent_reads_while_the_pipeline_runs(
     assert lineage.returncode == 0, lineage.stderr[-2000:]
     assert sorted(json.loads(line)["table_name"] for line in lineage.stdout.splitlines()) == ["user_item_amount",
                                                                                              "user_item_price"]
-    with open_snapshot(spark, ["user_item_amount"], settings=settings) as snap:
+    with open_snapshot(["user_item_amount"], settings=settings, spark=spark) as snap:
         assert {r["table_name"] for r in snap.sql(FLIP_LINEAGE).collect()} == {"user_item_amount", "user_item_price"}
         kept = snap.sql("SELECT barrier, version FROM __meta_table_version WHERE table_name = 'user_item_amount'")
         assert state.exact_points("user_item_amount").items() <= {(r["barrier"], r["version"]) for r in kept.collect()}
@@ -161,11 +161,23 @@ def test_consistent_reads_while_the_pipeline_runs(
     assert "bottleneck" in table_view.stdout and "user_item_price" in table_view.stdout
 
     with pytest.raises(SnapshotError, match="unknown table"):
-        open_snapshot(spark, ["nope"], settings=settings)
+        open_snapshot(["nope"], settings=settings, spark=spark)
     with pytest.raises(SnapshotError, match="no exact point at barrier"):
-        open_snapshot(spark, ["user_item_amount"], as_of_barrier=10**9, settings=settings)
+        open_snapshot(["user_item_amount"], as_of_barrier=10**9, settings=settings, spark=spark)
     with pytest.raises(CoordinatorUnreachable, match="127.0.0.1:9"):
-        open_snapshot(spark, ["user_item_amount"], settings=Settings(coordinator_url="http://127.0.0.1:9"))
+        open_snapshot(["user_item_amount"], settings=Settings(coordinator_url="http://127.0.0.1:9"), spark=spark)
+    with pytest.raises(QueryError, match="nope"):  # Spark's analysis error, as the light path's: one error family
+        with open_snapshot(["user_item_amount"], settings=settings, spark=spark) as snap:
+            snap.sql("SELECT nope FROM user_item_amount")
+
+    # the old Spark-only names stay one release, warn, and are the one snapshot
+    import spark_jobs.api
+    with pytest.warns(DeprecationWarning, match=r"use lockstep_reads.open_snapshot\(tables, ..., spark=spark\)"):
+        old = spark_jobs.api.open_snapshot(spark, ["user_item_amount"], settings=settings)
+    with pytest.warns(DeprecationWarning, match="lockstep_reads.Snapshot"):
+        assert isinstance(old, spark_jobs.api.ConsistentSnapshot) and isinstance(old, Snapshot)
+    with old:
+        assert old.table("user_item_amount").count() == old.sql("SELECT * FROM user_item_amount").count()
 
 
 def test_a_lapsed_repeatable_read_lease_makes_the_next_read_fail_clearly(
@@ -190,7 +202,7 @@ def test_a_lapsed_repeatable_read_lease_makes_the_next_read_fail_clearly(
         assert time.monotonic() < deadline, "the exact point of t"
         time.sleep(0.2)
 
-    snapshot = open_snapshot(spark, ["t"], consistency="repeatable-read", settings=settings, lease_ttl_ms=3000)
+    snapshot = open_snapshot(["t"], consistency="repeatable-read", settings=settings, lease_ttl_ms=3000, spark=spark)
     try:
         time.sleep(4)  # renewed past its ttl
         assert snapshot.table("t").count() == 3

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from coordinator.settings import Settings
-from spark_jobs.api.reads import open_snapshot
+from lockstep_reads import open_snapshot
 from spark_jobs.ops.upkeep import TableUpkeep
 from tests.support import wait_until
 from tests.support.barriers import wait_for_barrier
@@ -42,7 +42,7 @@ def test_scheduled_vacuum_deletes_old_files_while_the_jobs_commit(
                    "scheduled rounds deleting old files of sums and of the dead letters", timeout=120)
         _, barrier = wait_for_barrier(settings, ["events", "sums"], records.send(10), topic)
     assert not any("failed" in m for m in messages), messages
-    with open_snapshot(spark, ["sums"], settings=settings) as snap:  # the newest point reads every record once
+    with open_snapshot(["sums"], settings=settings, spark=spark) as snap:  # the newest point reads every record once
         got = {r["k"]: r["total"] for r in snap.table("sums").collect()}
     expected: dict[int, int] = {}
     for i, k in enumerate(records.sent):

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from coordinator.client.state import read_state
 from coordinator.domain.errors import UnknownTables
 from coordinator.settings import Settings
-from spark_jobs.api.reads import open_snapshot
+from lockstep_reads import open_snapshot
 from spark_jobs.ops.vacuum import vacuum
 from tests.support import lockstep_in_process
 from tests.support.barriers import at, wait_for_barrier
@@ -46,7 +46,7 @@ def test_vacuum_keeps_what_a_repeatable_read_snapshot_and_the_jobs_need(
 
     for n in (20, 10, 10):  # each barrier with new rows MERGEs into sums and replaces its files
         send_and_wait(n)
-    with open_snapshot(spark, ["sums"], "repeatable-read", settings=settings) as snap:
+    with open_snapshot(["sums"], "repeatable-read", settings=settings, spark=spark) as snap:
         held = snap.versions["sums"]
         before = sorted(tuple(r) for r in snap.table("sums").collect())
         for n in (10, 10):

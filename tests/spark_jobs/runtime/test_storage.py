@@ -17,9 +17,9 @@ import pytest
 from confluent_kafka import Message, Producer
 from pyspark.sql import SparkSession
 
-from coordinator.dev.s3 import LocalS3
 from coordinator.settings import Settings
-from spark_jobs.api.reads import open_snapshot
+from lockstep.dev.s3 import LocalS3
+from lockstep_reads import open_snapshot
 from spark_jobs.ops.jobs import register_pipeline
 from spark_jobs.ops.tables import remove_table
 from spark_jobs.ops.vacuum import vacuum
@@ -97,7 +97,7 @@ def test_a_pipeline_on_an_s3_warehouse_reads_consistently_and_vacuums_through_th
         for n in (30, 20):
             wait_for_barrier(settings, TABLES, send(n), orders, timeout=180)
             print(f"{time.monotonic() - started:.0f} s: a barrier covers {sum(ends.values())} orders")
-            with open_snapshot(spark, TABLES, settings=settings) as snap:
+            with open_snapshot(TABLES, settings=settings, spark=spark) as snap:
                 anomalies += consistent(snap)
                 reads += 1
 
@@ -113,7 +113,7 @@ def test_a_pipeline_on_an_s3_warehouse_reads_consistently_and_vacuums_through_th
         for table, files in deleted.items():
             left = {f.uri for f in storage.files(settings.table_location(table), ".parquet")}
             assert not left & files, f"{table}: vacuumed files are still in the bucket"
-        with open_snapshot(spark, TABLES, settings=settings) as snap:  # the newest exact point still reads
+        with open_snapshot(TABLES, settings=settings, spark=spark) as snap:  # the newest exact point still reads
             anomalies += consistent(snap)
             reads += 1
             assert snap.sql("SELECT COUNT(*) AS n FROM orders").first()["n"] == sum(ends.values())
