@@ -39,7 +39,7 @@ from spark_jobs.runtime.delta_log import latest_version, read_version
 from spark_jobs.runtime.session import spark_error
 
 
-class Pinned(Protocol):
+class PinnedTables(Protocol):
     """What the engine reads of a snapshot (``lockstep_reads.snapshot.Snapshot``)."""
 
     settings: Settings
@@ -87,11 +87,11 @@ class SparkEngine:
         self.spark = spark
         self._lineage = False
 
-    def newest(self, snap: Pinned, name: str) -> int:
+    def newest(self, snap: PinnedTables, name: str) -> int:
         """The newest version of ``name`` now, from a listing of its log (read-uncommitted)."""
         return latest_version(self.spark, snap.location(name))
 
-    def table(self, snap: Pinned, name: str) -> DataFrame:
+    def table(self, snap: PinnedTables, name: str) -> DataFrame:
         """``name`` at the snapshot's version, its bookkeeping columns hidden."""
         path, version = snap.pinned([name])[name]
         try:
@@ -105,7 +105,7 @@ class SparkEngine:
             raise SnapshotError(f"cannot read table {name!r} at {path}: {spark_error(exc)}") from exc
         return frame.select(*[c for c in frame.columns if not c.startswith(HIDDEN)])
 
-    def sql(self, snap: Pinned, query: str) -> DataFrame:
+    def sql(self, snap: PinnedTables, query: str) -> DataFrame:
         """``query`` with every table it names bound to its version in ``snap`` (lineage tables
         ``__meta_*`` as they are now); ``QueryError`` if Spark cannot analyse it."""
         try:
