@@ -163,12 +163,16 @@ class Installed:
             raise SettingsError(f"the install record {record} is unreadable ({e}); run scripts/setup again, "
                                 "or set LOCKSTEP_HOME and LOCKSTEP_JARS") from None
 
-    def where_jars(self) -> str:
+    def where_jars(self, env: Mapping[str, str] | None = None) -> str:
         """How ``lockstep`` finds its jars and how to point it elsewhere: for a missing-jars error."""
-        found = (f"where scripts/setup put them ({self.jars}, recorded in {self.record})" if self.jars is not None
-                 else f"./.lockstep/jars of the current folder (there is no install record {self.record})")
-        return (f"The jars are in LOCKSTEP_JARS if it is set, else {found}. Run scripts/setup in the checkout "
-                "(it records where it puts them), or set LOCKSTEP_JARS to the folder that holds kafka/ and spark/.")
+        named = (os.environ if env is None else env).get("LOCKSTEP_JARS")
+        recorded = (f"where scripts/setup put them ({self.jars}, recorded in {self.record})" if self.jars is not None
+                    else f"./.lockstep/jars of the current folder (there is no install record {self.record})")
+        if named:
+            return (f"LOCKSTEP_JARS={named} names that folder; unset it to use {recorded}, or run scripts/setup "
+                    "with LOCKSTEP_JARS set to fill it.")
+        return (f"Without LOCKSTEP_JARS the jars are {recorded}. Run scripts/setup in the checkout (it records "
+                "where it puts them), or set LOCKSTEP_JARS to the folder that holds kafka/ and spark/.")
 
 
 @dataclass(frozen=True)

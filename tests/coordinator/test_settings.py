@@ -34,8 +34,9 @@ def test_the_install_record_places_home_and_jars_from_any_folder_unless_the_vari
     s = Settings.from_env({"LOCKSTEP_HOME": "/mine"}, installed=installed)
     assert (s.home, s.jars) == (Path("/mine"), Path("/opt/ls/.lockstep/jars"))
     assert Settings.from_env({"LOCKSTEP_JARS": "/j"}, installed=installed).jars == Path("/j")
-    assert f"where scripts/setup put them (/opt/ls/.lockstep/jars, recorded in {record})" in installed.where_jars()
-    assert "there is no install record /nonexistent/lockstep-install.json" in NOT_INSTALLED.where_jars()
+    assert f"where scripts/setup put them (/opt/ls/.lockstep/jars, recorded in {record})" in installed.where_jars({})
+    assert "there is no install record /nonexistent/lockstep-install.json" in NOT_INSTALLED.where_jars({})
+    assert installed.where_jars({"LOCKSTEP_JARS": "/j"}).startswith("LOCKSTEP_JARS=/j names that folder; unset it")
     assert Installed.read(tmp_path / "none.json") == Installed(record=tmp_path / "none.json")
 
 
