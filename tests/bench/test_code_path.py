@@ -1,0 +1,31 @@
+"""The code path a piece of work takes through our modules: steps, returns, utilities left out."""
+
+from __future__ import annotations
+
+from bench.code_path import describe, returns, traced, without_utilities
+
+
+def test_a_path_counts_each_step_into_a_module_it_left_before() -> None:
+    path = ["a.ivm", "a.ways", "a.table", "a.ways", "a.table", "a.commits"]
+    assert returns(path) == 2  # back to ways, back to table
+    assert returns(["a.ivm", "a.ways", "a.table", "a.commits"]) == 0
+
+
+def test_utilities_are_left_out_and_the_steps_either_side_merge() -> None:
+    path = ["spark_jobs.runtime.ivm", "spark_jobs.runtime.stopwatch", "spark_jobs.runtime.ivm",
+            "spark_jobs.planning.plan", "spark_jobs.runtime.maintenance.ways", "spark_jobs.runtime.java",
+            "spark_jobs.runtime.maintenance.ways"]
+    assert without_utilities(path) == ["spark_jobs.runtime.ivm", "spark_jobs.runtime.maintenance.ways"]
+    assert describe(path).startswith("2 modules, 0 returns to a module it left (with the utilities: 5 modules, 2 "
+                                     "returns): ivm > ways")
+
+
+def test_tracing_records_the_modules_called_into_in_order() -> None:
+    from bench import results  # a module of this package with functions to call
+
+    def work() -> int:
+        results.add_json_flag(__import__("argparse").ArgumentParser())
+        return 7
+
+    value, path = traced(work, package="bench.")
+    assert value == 7 and path == ["bench.results"]
