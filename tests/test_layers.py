@@ -15,12 +15,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # one typed Settings, read by every layer above the domain, and the fault points drills fire
-BASE = ("coordinator.settings", "coordinator.faults")
+BASE = ("coordinator.settings", "coordinator.installed", "coordinator.faults")
 DATA_PLANE_BASE = ("coordinator.domain", "coordinator.codec", "coordinator.client", "coordinator.spark_sql", *BASE)
 # package -> the Lockstep modules it may import (besides itself); None: standard library only
 ALLOWED: dict[str, tuple[str, ...] | None] = {
     "coordinator.domain": None,
-    "coordinator.settings": ("coordinator.domain",),
+    "coordinator.settings": ("coordinator.domain", "coordinator.installed"),
+    "coordinator.installed": ("coordinator.domain",),  # where scripts/setup put the jars and the home
     "coordinator.faults": ("coordinator.settings",),
     "coordinator.codec": ("coordinator.domain",),
     "coordinator.spark_sql": (),  # the SQL dialect (sqlglot's Spark, amended): every module that parses a query

@@ -31,7 +31,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from coordinator.settings import Installed, KafkaSecurity, Settings
+from coordinator.settings import KafkaSecurity, Settings
 from lockstep.dev.service import HOST, LocalService, ServiceError, free_port, port_in_use, process_alive, wait_exit
 
 __all__ = ["HOST", "BrokerError", "BrokerStatus", "LocalBroker", "LocalKafkaCluster", "free_port", "port_in_use",
@@ -160,10 +160,7 @@ class LocalBroker(LocalService):
     # -- internals -------------------------------------------------------------------
 
     def _check_jars(self) -> None:
-        if not any(self.jars.glob("kafka_2.13-*.jar")):
-            raise BrokerError(
-                f"no Kafka broker jars in {self.jars.absolute()}. {Installed.read().where_jars()}"
-            )
+        self.require_jars(self.jars, "kafka_2.13-*.jar", "Kafka broker")
 
     def _java(self, main_class: str, *args: str) -> list[str]:
         log4j = self.home / "log4j.properties"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from coordinator.settings import Installed, Settings
+from coordinator.settings import Settings
 from lockstep.dev.postgres import SUPERUSER, LocalPostgres
 from lockstep.dev.registry import LocalRegistry
 from lockstep.dev.service import HOST, LocalService, ServiceError
@@ -116,8 +116,7 @@ class LocalConnect(LocalService):
         return self.home / "worker.properties"
 
     def prepare(self) -> None:
-        if not any(self.jars.glob("connect-runtime-*.jar")):
-            raise ConnectError(f"no Kafka Connect jars in {self.jars.absolute()}. {Installed.read().where_jars()}")
+        self.require_jars(self.jars, "connect-runtime-*.jar", "Kafka Connect")
         clients = {f"{role}{key}": value for role in ("", "producer.", "consumer.") for key, value in self.kafka.items()}
         worker = {
             "bootstrap.servers": self.bootstrap,

@@ -17,7 +17,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-from coordinator.settings import Installed, Settings
+from coordinator.settings import Settings
 from lockstep.dev.service import HOST, LocalService, ServiceError
 
 MAIN_CLASS = "org.apache.derby.drda.NetworkServerControl"
@@ -62,9 +62,7 @@ class LocalMetastore(LocalService):
         return self.start(timeout)
 
     def prepare(self) -> None:
-        if not any(self.jars.glob("derbynet-*.jar")):
-            raise MetastoreError(f"no Derby network server jars in {self.jars.absolute()}. "
-                                 f"{Installed.read().where_jars()}")
+        self.require_jars(self.jars, "derbynet-*.jar", "Derby network server")
 
     def command(self) -> list[str]:
         java = self.java(self.jars, self.heap, "start", "-h", HOST, "-p", str(self.port), "-noSecurityManager")

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-from coordinator.settings import Installed, Settings
+from coordinator.settings import Settings
 from lockstep.dev.service import HOST, LocalService, ServiceError
 
 MAIN_CLASS = "org.gaul.s3proxy.Main"
@@ -82,8 +82,7 @@ class LocalS3(LocalService):
         return self.start(timeout)
 
     def prepare(self) -> None:
-        if not any(self.jars.glob("s3proxy-*.jar")):
-            raise S3Error(f"no s3proxy jars in {self.jars.absolute()}. {Installed.read().where_jars()}")
+        self.require_jars(self.jars, "s3proxy-*.jar", "s3proxy")
         for bucket in self.buckets:  # the filesystem backend's bucket is a folder
             (self.home / "data" / bucket).mkdir(parents=True, exist_ok=True)
         self.properties_file.write_text("\n".join([

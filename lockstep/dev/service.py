@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from coordinator.domain.errors import NotStarted
+from coordinator.installed import Installed
 
 HOST = "127.0.0.1"
 
@@ -208,6 +209,12 @@ class LocalService:
         except FileNotFoundError:
             return f"(no log at {self.log_file})"
         return f"last lines of {self.log_file}:\n" + "\n".join(tail)
+
+    def require_jars(self, folder: Path, pattern: str, what: str) -> None:
+        """Raise this service's error, saying where it looked and how the jars are found, unless
+        ``folder`` holds a jar matching ``pattern``."""
+        if not any(folder.glob(pattern)):
+            raise self.error(f"no {what} jars in {folder.absolute()}. {Installed.read().where_jars()}")
 
     def java(self, classpath: Path, heap: str, *args: str) -> list[str]:
         """``java`` with a heap, headless, the jars of ``classpath`` and ``main_class``."""

@@ -24,7 +24,7 @@ import psycopg
 import pytest
 
 from coordinator.domain.errors import ExitCode
-from coordinator.settings import Installed
+from coordinator.installed import Installed
 from lockstep.dev.broker import HOST, free_port
 from lockstep.dev.worker import WorkerProcess
 from tests.support import ROOT, run_lockstep, wait_until
