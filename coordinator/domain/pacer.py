@@ -160,7 +160,7 @@ class Pacer:
         self._state, self._seq = state, state.changes.seq
         live = state.live_jobs(now_ms, self.config.liveness_ms)
         ids = {j.job_id for j in live}
-        self._expiry = min((state.last_seen(j) + self.config.liveness_ms for j in live), default=float("inf"))
+        self._expiry = min((state.owed_since(j, now_ms) + self.config.liveness_ms for j in live), default=float("inf"))
         self._asleep = {}
         for job in state.active_jobs():
             if job.status == JobStatus.RUNNING and job.job_id not in ids:

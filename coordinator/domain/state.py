@@ -214,28 +214,46 @@ class MetaState:
         declared = self.tables[table].declared_at_ms if table in self.tables else 0
         return max(declared, max((self.last_seen(j) for j in self.jobs.values() if j.sink == table), default=0))
 
+    def owed_since(self, job: JobState, now_ms: int) -> int:
+        """Since when ``job`` has been silent with work to do (epoch ms): the later of when it was
+        last heard of and when the oldest barrier it has not committed was announced; ``now_ms``
+        while none is. A job with nothing to do is waiting, not silent: while another job holds
+        the clock back, the jobs that are done keep their liveness and their place in pacing."""
+        done = self.done_through(job)
+        if done >= self.last_barrier():
+            return now_ms
+        owed = self.barriers.get(done + 1)  # (none kept: it owes barriers pruned long ago)
+        return max(self.last_seen(job), owed.ts_ms if owed is not None else 0)
+
     def live_jobs(self, now_ms: int, liveness_ms: int) -> list[JobState]:
-        """Running jobs that registered or committed within ``liveness_ms``: only these hold
-        barriers back, so one dead job never freezes the topology. A job still creating its CTAS
-        table holds none back either: it is kept alive by renewals however long it waits for
+        """Running jobs not silent past ``liveness_ms`` with work to do (``owed_since``): only these
+        hold barriers back, so one dead job never freezes the topology. A job still creating its
+        CTAS table holds none back either: it is kept alive by renewals however long it waits for
         its sources, and its first commit covers every barrier up to then anyway."""
         return sorted((j for j in self.active_jobs() if self.is_live(j, now_ms, liveness_ms)), key=lambda j: j.job_id)
 
     def is_live(self, job: JobState, now_ms: int, liveness_ms: int) -> bool:
-        """Whether ``job`` is one of ``live_jobs``: RUNNING, its table created, heard of lately."""
-        return job.status == JobStatus.RUNNING and self.created(job.sink) and now_ms - self.last_seen(job) <= liveness_ms
+        """Whether ``job`` is one of ``live_jobs``: RUNNING, its table created, not silent past the window."""
+        return job.status == JobStatus.RUNNING and self.created(job.sink) and not self._silent(job, now_ms, liveness_ms)
 
     def status_of(self, job: JobState, now_ms: int, liveness_ms: int) -> str:
-        """The status to show: the stored one, or STALLED for a RUNNING job silent past ``liveness_ms``.
+        """The status to show: the stored one, or STALLED for a RUNNING job silent past ``liveness_ms``
+        with work to do.
 
-        >>> from coordinator.domain import JobState
-        >>> s, j = MetaState(), JobState("j", "t", updated_at_ms=1_000)
+        >>> from coordinator.domain import BarrierAnnounced, JobState, fold_all
+        >>> j = JobState("j", "t", updated_at_ms=1_000)
+        >>> s = fold_all([j, BarrierAnnounced(1, 1_500)])
         >>> s.status_of(j, now_ms=2_000, liveness_ms=30_000), s.status_of(j, now_ms=60_000, liveness_ms=30_000)
         ('RUNNING', 'STALLED')
+        >>> MetaState().status_of(j, now_ms=60_000, liveness_ms=30_000)  # no barrier to commit: waiting
+        'RUNNING'
         """
-        if job.status == JobStatus.RUNNING and now_ms - self.last_seen(job) > liveness_ms:
+        if job.status == JobStatus.RUNNING and self._silent(job, now_ms, liveness_ms):
             return JobStatus.STALLED.value
         return str(job.status)
+
+    def _silent(self, job: JobState, now_ms: int, liveness_ms: int) -> bool:
+        return now_ms - self.owed_since(job, now_ms) > liveness_ms
 
     def inflight(self, jobs: Iterable[JobState]) -> int:
         """How many announced barriers are not yet an exact point of every given job's sink

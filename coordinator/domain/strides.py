@@ -11,7 +11,9 @@ finds an exact point every k barriers; a read of the other tables finds one ever
 The slowest table is strided when the median cost of its commits (started -> committed) is
 more than ``stride_after`` times the reference: the configured interval, or the cost of the
 slowest table beside it if that is longer (neither upstream nor downstream of it: the tables
-whose reads it would otherwise hold back); then the next slowest is weighed the same way. A
+whose reads it would otherwise hold back; a strided table keeps being weighed against the
+interval while those fold their barriers into commits too quick to measure); then the next
+slowest is weighed the same way. A
 table with nothing beside it (an aggregate over its root alone) is never strided, nor are
 tables of like cost (siblings over one root), however slow they all are: only an outlier is.
 k is the smallest divisor of the catch-up stride that covers the ratio (strided tables and
@@ -140,10 +142,14 @@ def choose_strides(state: MetaState, live: Sequence[JobState], stride_after: int
         # what it would keep up with: tables neither above nor below it, not strided (a table
         # with none, such as an aggregate over its root alone, holds no other read back)
         skip = {table, *related.get(table, ()), *(s.table for s in out)}
-        beside = [c for t, c in costs.items() if t not in skip]
-        if not beside:
+        if not any(j.sink not in skip for j in live):
             continue
-        reference = max(float(interval_ms), max(beside), 1.0)
+        # the tables beside it too quick to measure (their barriers folded into few commits while
+        # they caught up after a hold) keep the stride it has: it is weighed against the clock
+        beside = [c for t, c in costs.items() if t not in skip]
+        if not beside and table not in now:
+            continue
+        reference = max(float(interval_ms), *beside, 1.0)
         ratio = cost / reference
         if not (ratio > stride_after or (table in now and ratio >= stride_after / 2)):
             break

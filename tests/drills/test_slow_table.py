@@ -58,8 +58,25 @@ def test_a_table_far_slower_than_the_rest_commits_at_a_stride_and_the_rest_keep_
         state = read_state(settings)
         return min((b for b, a in state.barriers.items() if any(s.table == "sl_slow" for s in a.strides)), default=None)
 
+    seen: dict[str, object] = {}
+
+    def lately(what: str) -> Callable[[], str]:
+        """What a failure says: ``what``, and each recent barrier's strides and commit costs."""
+        def say() -> str:
+            state = read_state(settings)
+            last = state.last_barrier()
+            rows = []
+            for b in range(max(1, last - 15), last + 1):
+                costs = {t: (c.committed_at_ms - c.started_at_ms) if c.started_at_ms else None
+                         for t in ("sl_slow", "sl_totals") if (c := state.completions.get(t, {}).get(b))}
+                rows.append(f"{b}: strides {[(s.table, s.every) for s in state.barriers[b].strides]} costs {costs}")
+            return f"{what} (saw {sorted(seen)}); " + "; ".join(rows)
+        return say
+
     with supervised(spark, pipeline, settings):
-        first = wait_until(strided_since, "the slow table strided", timeout=180)
+        # its first commits come late (12 s each), and it catches up before it is strided (the
+        # clock holds for it meanwhile): about 100 s on an idle machine
+        first = wait_until(strided_since, lately("the slow table strided"), timeout=300)
         every = {s.table: s.every for s in read_state(settings).barriers[first].strides}["sl_slow"]
         assert every >= 2
 
@@ -67,7 +84,6 @@ def test_a_table_far_slower_than_the_rest_commits_at_a_stride_and_the_rest_keep_
         # set it again, so each is taken the first time it shows it)
         browser = make_browser()
         browser.get(settings.coordinator_url + "/")
-        seen: dict[str, object] = {}
 
         def said() -> bool:
             if "status" not in seen:
@@ -85,17 +101,7 @@ def test_a_table_far_slower_than_the_rest_commits_at_a_stride_and_the_rest_keep_
                     seen["page"] = shown
             return len(seen) == 2
 
-        def strides_lately() -> str:  # what the failure says: each recent barrier's strides and commit costs
-            state = read_state(settings)
-            last = state.last_barrier()
-            rows = []
-            for b in range(max(1, last - 15), last + 1):
-                costs = {t: (c.committed_at_ms - c.started_at_ms) if c.started_at_ms else None
-                         for t in ("sl_slow", "sl_totals") if (c := state.completions.get(t, {}).get(b))}
-                rows.append(f"{b}: strides {[(s.table, s.every) for s in state.barriers[b].strides]} costs {costs}")
-            return f"lockstep status and the page naming the strided table (saw {sorted(seen)}); " + "; ".join(rows)
-
-        wait_until(said, strides_lately, timeout=240)
+        wait_until(said, lately("lockstep status and the page naming the strided table"), timeout=240)
         line, shown = seen["status"], seen["page"]
         assert isinstance(line, re.Match) and isinstance(shown, list)
         beside = browser.execute_script(
@@ -113,7 +119,7 @@ def test_a_table_far_slower_than_the_rest_commits_at_a_stride_and_the_rest_keep_
 
         # (a machine so busy that the root falls a catch-up stride behind folds its barriers too: then
         # the aggregate commits the barriers between later, once the root keeps up)
-        state = wait_until(settled, "two strided commits of the slow table, and the aggregate's between",
+        state = wait_until(settled, lately("two strided commits of the slow table, and the aggregate's between"),
                            timeout=240)
 
     # while strided, the slow table commits only multiples of its stride; the aggregate beside it

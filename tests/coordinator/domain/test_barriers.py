@@ -49,7 +49,25 @@ def test_a_dead_job_stops_holding_barriers_back(make_state: MakeState) -> None:
     state = make_state(shopping_topology=True, now_ms=0)
     state = fold_all([BarrierAnnounced(b, b) for b in (1, 2, 3)], state)
     assert plan_barrier(state, now_ms=500, cut=[], config=config) is None
-    assert plan_barrier(state, now_ms=1_001, cut=[], config=config).barrier == 4
+    # silent for the window since barrier 1 (at 1 ms), which it owes
+    assert plan_barrier(state, now_ms=1_002, cut=[], config=config).barrier == 4
+
+
+def test_a_job_with_nothing_to_commit_is_waiting_not_dead_however_long_the_clock_is_held(
+        make_state: MakeState) -> None:
+    config = BarrierConfig(max_inflight=1, liveness_ms=1_000)
+    state = make_state(shopping_topology=True, now_ms=0)
+    state = fold_all([BarrierAnnounced(1, 1)], state)
+    done = fold_all([BarrierCompleted(j.job_id, j.sink, 1, 0, 1, started_at_ms=2, committed_at_ms=3)
+                     for j in state.jobs.values() if j.sink != "user_item_price"], state)
+    # the others are done with barrier 1 and wait while user_item_price holds the clock: a minute
+    # later they are still live (pacing and strides weigh them), and it is not
+    live = {j.sink for j in done.live_jobs(now_ms=60_000, liveness_ms=config.liveness_ms)}
+    assert live == {j.sink for j in state.jobs.values()} - {"user_item_price"}
+    assert {done.status_of(j, 60_000, config.liveness_ms) for j in done.jobs.values() if j.sink != "user_item_price"} \
+        == {"RUNNING"}
+    assert done.status_of(done.jobs[next(j for j, s in done.jobs.items() if s.sink == "user_item_price")], 60_000,
+                          config.liveness_ms) == "STALLED"
 
 
 def test_jobs_registered_later_only_count_barriers_after_their_start(make_state: MakeState) -> None:

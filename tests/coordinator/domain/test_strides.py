@@ -89,6 +89,19 @@ def test_a_stride_is_kept_above_half_the_threshold_and_lifted_below_it() -> None
     assert choose_strides(lifted, live(lifted), 3, 10, 1000) == ()
 
 
+def test_a_stride_is_kept_while_the_tables_beside_it_fold_their_barriers_and_cost_nothing_measured() -> None:
+    strided = (TableStride("joined", 5, 4500, 1000),)
+
+    def folded(state: MetaState) -> MetaState:  # totals caught up after a hold: each barrier folded
+        return fold_all([replace(c, started_at_ms=0) for c in state.completions["totals"].values()], state)
+
+    kept = folded(pipeline(5, big_cost=4500, strided=strided))
+    assert choose_strides(kept, live(kept), 3, 10, 1000) == (TableStride("joined", 5, 4500, 1000),)
+    # a table not strided yet is not strided against tables whose cost is not known
+    unknown = folded(pipeline(5, big_cost=4500))
+    assert choose_strides(unknown, live(unknown), 3, 10, 1000) == ()
+
+
 def test_a_strided_job_quiet_past_the_liveness_window_keeps_its_stride() -> None:
     strided = (TableStride("joined", 5, 4500, 1000),)
     state = pipeline(5, big_cost=4500, strided=strided)
