@@ -12,7 +12,7 @@ Example::
 from typing import Any
 
 from spark_jobs.api import reads
-from spark_jobs.api.ctas import ContinuousQuery, CtasError
+from spark_jobs.api.ctas import ContinuousQuery, CtasError, RunningTable
 from spark_jobs.api.lineage import register_lineage_views
 from spark_jobs.api.reads import CoordinatorUnreachable, SnapshotError, open_snapshot
 from spark_jobs.ops.hooks import JobEvent, JobHooks
@@ -24,6 +24,7 @@ __all__ = [
     "CtasError",
     "JobEvent",
     "JobHooks",
+    "RunningTable",
     "SnapshotError",
     "open_snapshot",
     "register_lineage_views",

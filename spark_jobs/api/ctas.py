@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
@@ -75,17 +77,17 @@ class TableBuilder:
             raise ValueError(f"unknown option {key!r}: use max_restarts or timeout")
         return replace(self, options=(*self.options, (key, str(value))))
 
-    def create(self) -> MaintainedTable:
+    def create(self) -> RunningTable:
         """Create the table and run its job in this process; returns once the first barrier is
         committed (the table appears all at once). A failure before that removes everything
         and raises CtasError."""
         return self._create(if_not_exists=False)
 
-    def create_if_not_exists(self) -> MaintainedTable | None:
+    def create_if_not_exists(self) -> RunningTable | None:
         """As ``create``, but None (and nothing done) if the table exists already."""
         return self._create(if_not_exists=True)
 
-    def _create(self, if_not_exists: bool) -> MaintainedTable | None:
+    def _create(self, if_not_exists: bool) -> RunningTable | None:
         settings, options = self.query.settings, dict(self.options)
         state = read_state(settings)
         if self.name in state.tables:
@@ -119,12 +121,13 @@ class TableBuilder:
             raise
         restarts = options.get("max_restarts")
         supervisor.max_restarts = int(restarts) if restarts is not None else None
-        return MaintainedTable(self.name, job.job_id, supervisor)
+        return RunningTable(self.name, job.job_id, supervisor)
 
 
 @dataclass
-class MaintainedTable:
-    """A table whose job runs in this process (created by ``TableBuilder.create``)."""
+class RunningTable:
+    """A table whose job runs in this process (created by ``TableBuilder.create``): the runtime's
+    ``MaintainedTable`` is what its job writes, this is the handle that stops it."""
 
     name: str
     job_id: str
@@ -139,7 +142,7 @@ class MaintainedTable:
     def stop(self, cancel: bool = False) -> None:
         """End the job (FINISHED, or CANCELED with ``cancel``); the table keeps what it has."""
         status = JobStatus.CANCELED if cancel else JobStatus.FINISHED
-        emit(self.supervisor.settings, DeregisterJob(new_request_id(), self.job_id, status, "MaintainedTable.stop"))
+        emit(self.supervisor.settings, DeregisterJob(new_request_id(), self.job_id, status, "RunningTable.stop"))
         self._stop.set()
         self._thread.join(30)
         self.supervisor.stop()
@@ -152,3 +155,12 @@ def _known_pipeline(state: MetaState, new: DerivedTable) -> Pipeline:
     writers = sorted((j for j in state.jobs.values() if j.sql and j.sink != new.name), key=lambda j: j.registered_at_ms)
     derived = tuple(DerivedTable(j.sink, j.sql, j.sources) for j in writers)
     return Pipeline(roots, (*derived, new))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MaintainedTable":
+        warnings.warn("spark_jobs.api.ctas.MaintainedTable is deprecated and goes in the next release: it is "
+                      "RunningTable (spark_jobs.runtime's MaintainedTable is another thing)", DeprecationWarning,
+                      stacklevel=2)
+        return RunningTable
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

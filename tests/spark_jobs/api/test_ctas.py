@@ -107,3 +107,13 @@ def test_ctas_appears_at_its_first_commit_and_a_failed_one_leaves_nothing(
                            "CREATE TABLE IF NOT EXISTS totals AS SELECT k, COUNT(*) AS n FROM events GROUP BY k;")
     assert register_pipeline(settings, other).derived == ()
     assert read_state(settings).jobs["maintain_totals"].sql == pipeline.table("totals").query
+
+
+def test_the_handle_of_a_running_ctas_table_is_running_table_and_its_old_name_warns() -> None:
+    import spark_jobs.api.ctas as ctas
+    from spark_jobs.api import RunningTable
+    from spark_jobs.runtime.maintenance.table import MaintainedTable
+
+    with pytest.warns(DeprecationWarning, match="it is RunningTable"):
+        assert ctas.MaintainedTable is RunningTable
+    assert RunningTable is not MaintainedTable
