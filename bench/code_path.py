@@ -3,7 +3,7 @@ to a module it already left. A barrier whose maintenance reads top to bottom ent
 once or twice; one whose helpers call back into a table handed to them ping-pongs.
 
 Each call into a function of ``package`` (a module other than the one just called into) is one
-step; a step into a module entered before is a return.
+step; a step into a module entered before is a return. Comprehensions are not calls.
 
 Example::
 
@@ -21,12 +21,17 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
+
+
 def traced(work: Callable[[], T], package: str = "spark_jobs.") -> tuple[T, list[str]]:
     """``work()`` and the modules of ``package`` it called into, in order (repeats in a row merged)."""
     path: list[str] = []
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call":
+        # a comprehension runs in the function that holds it (Python 3.12 inlines them, PEP 709):
+        # on 3.11 it is a frame of its own, which would count as coming back to its module
+        if event == "call" and frame.f_code.co_name not in COMPREHENSIONS:
             module = frame.f_globals.get("__name__", "")
             if module.startswith(package) and (not path or path[-1] != module):
                 path.append(module)

@@ -29,3 +29,14 @@ def test_tracing_records_the_modules_called_into_in_order() -> None:
 
     value, path = traced(work, package="bench.")
     assert value == 7 and path == ["bench.results"]
+
+
+
+def test_a_comprehension_is_not_a_step_back_into_its_module() -> None:
+    # two modules of a package "pkg": a.f calls b.g, then runs a comprehension of its own
+    a: dict = {"__name__": "pkg.a"}
+    b: dict = {"__name__": "pkg.b"}
+    exec("def g():\n    return 2\n", b)
+    exec("def f(g):\n    n = g()\n    return [i * n for i in range(3)]\n", a)
+    value, path = traced(lambda: a["f"](b["g"]), package="pkg.")
+    assert value == [0, 2, 4] and path == ["pkg.a", "pkg.b"] and returns(path) == 0
