@@ -13,9 +13,9 @@ more than ``stride_after`` times the reference: the configured interval, or the 
 slowest table beside it if that is longer (neither upstream nor downstream of it: the tables
 whose reads it would otherwise hold back; a strided table keeps being weighed against the
 interval while those fold their barriers into commits too quick to measure); then the next
-slowest is weighed the same way. A
-table with nothing beside it (an aggregate over its root alone) is never strided, nor are
-tables of like cost (siblings over one root), however slow they all are: only an outlier is.
+slowest is weighed the same way. A table with nothing beside it (an aggregate over its root
+alone) is never strided, nor are tables of like cost (siblings over one root), however slow
+they all are: only an outlier is.
 k is the smallest divisor of the catch-up stride that covers the ratio (strided tables and
 lagging jobs then meet at its multiples, and a read joining several strided tables finds common
 points); the stride is lifted once the ratio falls below half of ``stride_after``.
