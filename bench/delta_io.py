@@ -58,8 +58,7 @@ def bench_changes(rows: int, rounds: int, figures: Figures) -> None:
     from pyspark.sql import functions as F
 
     from spark_jobs.runtime.commits import barrier_txn
-    from spark_jobs.runtime.delta_log import appended_files, read_files
-    from spark_jobs.runtime.maintenance.table import CDF_COLUMNS
+    from spark_jobs.runtime.delta_log import appended_files, change_feed, read_files
 
     with scratch_spark("bench-changes") as (spark, scratch):
         path = f"{scratch}/bids"
@@ -71,8 +70,7 @@ def bench_changes(rows: int, rounds: int, figures: Figures) -> None:
                                              "current_timestamp() AS ts").write.format("delta").mode("append").save(path)
 
         def feed(version: int) -> DataFrame:
-            return (spark.read.option("readChangeFeed", "true").option("startingVersion", version)
-                    .option("endingVersion", version).table(f"delta.`{path}`").drop(*CDF_COLUMNS))
+            return change_feed(spark, path, version - 1, version, "_weight").drop("_weight")
 
         def commit_files(version: int) -> DataFrame:
             found = appended_files(spark, path, version - 1, version)

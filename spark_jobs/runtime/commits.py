@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import Producer
 from delta.tables import DeltaTable
@@ -65,6 +65,27 @@ TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.checkpointInter
 # A table created by its first write gets these properties from the session defaults.
 NEW_TABLE_DEFAULTS = {f"spark.databricks.delta.properties.defaults.{k.removeprefix('delta.')}": v
                       for k, v in TABLE_PROPERTIES.items()}
+
+
+class Write(NamedTuple):
+    """A barrier's write as a value, which ``DeltaSink.commit`` runs under the barrier's txn:
+    ``frame`` appended, overwriting the table (writer ``options``), or MERGEd by ``key``
+    (``merge_by_key``: ``columns`` set, ``delete_flag`` rows deleted, ``target`` the files it may
+    touch). ``one_task``: its shuffles in one task each (a small table into one file).
+
+    Example::
+
+        sink.commit(barrier, generation, Write("merge", changes, key=["k"], columns=["k", "v"]))
+    """
+
+    mode: str  # "append", "overwrite" or "merge"
+    frame: DataFrame
+    options: Mapping[str, str] = {}
+    key: Sequence[str] = ()
+    columns: Sequence[str] = ()
+    delete_flag: str | None = None
+    target: Column | None = None
+    one_task: bool = False
 
 
 @dataclass
@@ -214,10 +235,11 @@ class DeltaSink:
             self.spark.sql(f"DELETE FROM {where}" if version is None else f"RESTORE TABLE {where} TO VERSION AS OF {version}")
         self._load_history()
 
-    def commit(self, barrier: int, generation: int, write: Callable[[], None],
+    def commit(self, barrier: int, generation: int, write: Write | Callable[[], None],
                sources: dict[str, int] | None = None, query: str | None = None,
                watch: Stopwatch | None = None, costs: dict[str, float] | None = None, layout: str | None = None) -> int:
-        """Run ``write`` under the barrier's txn; return the version that holds the barrier.
+        """Run ``write`` (a ``Write``, or a function that calls ``append`` or ``overwrite``) under
+        the barrier's txn; return the version that holds the barrier.
         ``sources`` (an intermediate job's source versions), ``query`` (a fingerprint of its
         query) and ``costs`` (what it measured of its ways to a barrier) are kept in the commit's
         metadata, so a restarted job knows what its table reflects and what each way cost;
@@ -239,7 +261,7 @@ class DeltaSink:
         try:
             with watch.phase("write"), barrier_txn(self.spark, self.app_id(generation), barrier, metadata,
                                                    None if self.exists else NEW_TABLE_DEFAULTS):
-                write()
+                self._run(write) if isinstance(write, Write) else write()
         finally:
             self._mark = None
         if not self.exists:
@@ -273,6 +295,16 @@ class DeltaSink:
         self._load_history()  # the write was a no-op: find the version of the earlier commit
         return self.versions.get((generation, barrier), self.version_at(barrier, generation))
 
+    def _run(self, write: Write) -> None:
+        with session_conf(self.spark, {"spark.sql.shuffle.partitions": "1"} if write.one_task else {}):
+            if write.mode == "append":
+                self.append(write.frame)
+            elif write.mode == "overwrite":
+                self.overwrite(write.frame, write.options)
+            else:
+                merge_by_key(self.spark, self.path, write.frame, write.key, write.columns, write.delete_flag,
+                             null_safe=True, target=write.target)
+
     def append(self, frame: DataFrame) -> None:
         """Append ``frame`` as the barrier's write: call it from the ``write`` that ``commit``
         runs. Committed directly (``delta_txn``: no rebuild of the table's state) where it can
@@ -297,7 +329,7 @@ class DeltaSink:
         if self._log is None:
             self._log = delta_log(self.spark, self.path)
         done = commit_directly(self.spark, self._log, frame, mode, self._mark, options,
-                               before_commit=lambda: crash_point("after_write_files", self.crash_at))
+                               before_commit=self._drill_after_write_files if self.crash_at else None)
         if isinstance(done, Fallback):
             if done.reason not in self._fallbacks:
                 self._fallbacks.add(done.reason)
@@ -306,6 +338,9 @@ class DeltaSink:
             return False
         self._direct = done
         return True
+
+    def _drill_after_write_files(self) -> None:
+        crash_point("after_write_files", self.crash_at)
 
     def close(self) -> None:
         """Let the upkeep after the last commit finish and end its thread: once a job's query has

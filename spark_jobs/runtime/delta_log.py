@@ -233,6 +233,31 @@ def read_files(spark: SparkSession, files: list[str], schema_json: str, size: in
     return frame.coalesce(1) if size is not None and size <= ONE_TASK_BYTES else frame
 
 
+CHANGE_FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+def change_feed(spark: SparkSession, path: str, old: int, new: int, weight: str) -> DataFrame:
+    """Delta's change data feed of the table at ``path``, versions ``(old, new]``: each row
+    inserted or updated to with ``weight`` +1, deleted or updated from with -1."""
+    # read as the path identifier delta.`path`: `.load(path)` passes the options to Delta twice
+    # (their given and lower-case spellings) and Spark warns three times a read
+    quoted = path.replace("`", "``")
+    feed = (spark.read.option("readChangeFeed", "true").option("startingVersion", old + 1)
+            .option("endingVersion", new).table(f"delta.`{quoted}`"))
+    sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
+    return feed.withColumn(weight, sign).drop(*CHANGE_FEED_COLUMNS)
+
+
+def changed_rows(spark: SparkSession, path: str, old: int, new: int, weight: str) -> DataFrame:
+    """The rows versions ``(old, new]`` of the table at ``path`` changed, with ``weight``: read
+    from the files they added where they only appended (``appended_files``: all +1), else
+    from the change data feed (``change_feed``)."""
+    appended = appended_files(spark, path, old, new)
+    if appended is None:
+        return change_feed(spark, path, old, new, weight)
+    return read_files(spark, *appended).withColumn(weight, F.lit(1))
+
+
 def appended_files(spark: SparkSession, path: str, old: int, new: int) -> DataFiles | None:
     """The data files that versions ``(old, new]`` of the table at ``path`` added, and its schema
     at ``new``, if those versions only added files (appends: no file removed, no change-data

@@ -31,7 +31,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -42,8 +42,7 @@ DELTA = "org.apache.spark.sql.delta."
 ALREADY = -1  # ``commit_directly``'s answer for a barrier the table holds already (its mark says so)
 
 
-@dataclass(frozen=True)
-class Mark:
+class Mark(NamedTuple):
     """A barrier's txn mark and the metadata its commit carries."""
 
     app_id: str
@@ -60,7 +59,7 @@ class Fallback:
 
 def commit_directly(spark: SparkSession, log: Any, frame: DataFrame, mode: str, mark: Mark,
                     options: Mapping[str, str] | None = None,
-                    before_commit: Callable[[], None] = lambda: None) -> int | Fallback:
+                    before_commit: Callable[[], None] | None = None) -> int | Fallback:
     """Commit ``frame`` to the table of ``log`` (``delta_log.delta_log``) as ``mark``'s barrier: appended
     (``mode`` "append") or replacing every row ("overwrite"). Returns the version made,
     ``ALREADY`` if the table's mark holds the barrier, or a ``Fallback`` saying why the usual
@@ -94,7 +93,8 @@ def commit_directly(spark: SparkSession, log: Any, frame: DataFrame, mode: str, 
     written_options = java_class(spark, DELTA + "DeltaOptions")(_scala_map(spark, options or {}),
                                                                spark._jsparkSession.sessionState().conf())
     written = txn.writeFiles(frame._jdf, some(spark, written_options))
-    before_commit()
+    if before_commit is not None:
+        before_commit()
     now = int(time.time() * 1000)
     actions = [*_items(spark, written), *(f.removeWithTimestamp(now, True) for f in replaced)]
     txn.updateSetTransaction(mark.app_id, mark.version, some(spark, static(spark, "java.lang.Long", "valueOf")(now)))

@@ -13,18 +13,20 @@ from pyspark.sql import functions as F
 from coordinator.domain.snapshot import HIDDEN
 from coordinator.domain.work import BarrierWork
 from spark_jobs.planning.plan import ROWS, WEIGHT
-from spark_jobs.runtime.delta_log import read_version
 from spark_jobs.runtime.maintenance.table import MaintainedTable, same_values
 
 
-def folded_groups(t: MaintainedTable, net: DataFrame, old_sink: int, whole: bool) -> DataFrame:
+def folded_groups(t: MaintainedTable, net: DataFrame, old: DataFrame, whole: bool) -> DataFrame:
     """Aggregate values after the change: arithmetic on SUM/COUNT/AVG and on MIN/MAX that did
     not lose their extreme value. ``whole``: every group of the table, else only the changed
-    ones. Columns ``_changed`` and ``_recompute`` (a MIN/MAX lost its extreme value, or a
-    COUNT(DISTINCT) changed) say which groups ``with_groups_recomputed`` recomputes."""
-    columns = t.columns()
+    ones; ``old``: the table's rows before. Columns ``_changed`` and ``_recompute`` (a MIN/MAX
+    lost its extreme value, or a COUNT(DISTINCT) changed) say which groups
+    ``with_groups_recomputed`` recomputes; ``_alive``, which keep a row: those with rows left,
+    and the one row of an aggregate without GROUP BY always (``COUNT(*)`` 0, ``SUM`` NULL, as
+    SQL answers over no rows)."""
+    columns = t.columns
     shown = [c for c in columns if not c.startswith(HIDDEN)]
-    key = t.key()  # the GROUP BY columns
+    key = t.key  # the GROUP BY columns
     groups = [f"{HIDDEN}g{i}" for i in range(len(key))]
     weight = F.col(WEIGHT)
     deltas = [F.sum(weight).alias("d_rows")]
@@ -38,7 +40,6 @@ def folded_groups(t: MaintainedTable, net: DataFrame, old_sink: int, whole: bool
             pick = F.min if agg.func == "min" else F.max
             deltas += [pick(F.when(weight > 0, arg)).alias(f"ins{i}"), pick(F.when(weight < 0, arg)).alias(f"ret{i}")]
     delta = net.groupBy(*groups).agg(*deltas)
-    old = read_version(t.spark, t.sink.path, old_sink)
     old = old.select(*[F.col(c).alias(f"o_{c}") for c in columns])
     on = same_values(delta, old, [(g, f"o_{k}") for g, k in zip(groups, key, strict=True)])
     joined = delta.join(old, on, "full_outer" if whole else "left")
@@ -79,31 +80,26 @@ def folded_groups(t: MaintainedTable, net: DataFrame, old_sink: int, whole: bool
     assert t.schema is not None
     types = {f.name: f.dataType for f in t.schema.fields}
     return joined.select(*[values[c].cast(types[c]).alias(c) for c in columns],
-                         (changed & recompute).alias("_recompute"), changed.alias("_changed"))
-
-
-def alive(t: MaintainedTable) -> Column:
-    """Which folded groups keep a row: those with rows left; the one row of an aggregate without
-    GROUP BY always (``COUNT(*)`` 0, ``SUM`` NULL, as SQL answers over no rows)."""
-    return F.lit(True) if t.plan.one_row else F.col(ROWS) > 0
+                         (changed & recompute).alias("_recompute"), changed.alias("_changed"),
+                         (F.lit(True) if t.plan.one_row else rows > 0).alias("_alive"))
 
 
 def with_groups_recomputed(t: MaintainedTable, kept: DataFrame, work: BarrierWork) -> DataFrame:
     """``kept`` groups, with those marked ``_recompute`` computed again from the sources'
     snapshots at the barrier (only when MIN/MAX/COUNT(DISTINCT) may need it)."""
-    columns = [*t.columns(), "_changed"]
+    columns = [*t.columns, "_changed"]
     funcs = {a.func for a in t.plan.aggregates}
     # new rows alone lose no extreme value, but they may bring a new distinct one
     if "count_distinct" not in funcs and (t.plan.inserts_only or not funcs & {"min", "max"}):
         return kept.select(*columns)
     kept = t.cache(kept)
-    key = t.key()
+    key = t.key
     redo = kept.where(F.col("_recompute")).select(*key)
     if not redo.limit(1).count():
         return kept.select(*columns)
-    t.bind_snapshots(work)
+    t.views(work.source_versions)
     fresh = t.spark.sql(t.plan.full_query)
     if key:  # (one global group: its one row)
         fresh = fresh.join(F.broadcast(redo), same_values(fresh, redo, [(k, k) for k in key]), "left_semi")
     return kept.where(~F.col("_recompute")).select(*columns).unionByName(
-        fresh.select(*t.columns()).withColumn("_changed", F.lit(True)))
+        fresh.select(*t.columns).withColumn("_changed", F.lit(True)))

@@ -38,7 +38,7 @@ def change_rows(t: MaintainedTable, old: dict[str, int], new: dict[str, int], ol
         return delta_rule(t, old, new, plan)
     if not plan.join_columns:
         (source,) = plan.sources
-        t.bind({source: t.changes(source, old[source], new[source])})
+        t.views({}, {source: (old[source], new[source])})
         return t.spark.sql(plan.change_query)
     return join_change_rows(t, old, new, plan)
 
@@ -48,8 +48,8 @@ def join_change_rows(t: MaintainedTable, old: dict[str, int], new: dict[str, int
     left, right = plan.join_columns  # FROM table first
     keys = [f"{HIDDEN}k{i}" for i in range(len(plan.join_columns[left]))]
     pairs = {s: list(zip(plan.join_columns[s], keys, strict=True)) for s in (left, right)}
-    touched = [t.changes(s, old[s], new[s]).select(*[F.col(c).alias(k) for c, k in pairs[s]])
-               for s in (left, right) if old[s] != new[s]]
+    changes = t.frames({}, {s: (old[s], new[s]) for s in (left, right) if old[s] != new[s]})
+    touched = [changes[s].select(*[F.col(c).alias(k) for c, k in pairs[s]]) for s in changes]
     changed_keys, found = keys_to_join(functools.reduce(DataFrame.unionByName, touched).distinct())
 
     def side(table: str, version: int, weight: int) -> DataFrame:
@@ -73,10 +73,8 @@ def delta_rule(t: MaintainedTable, old: dict[str, int], new: dict[str, int], pla
     for i, table in enumerate(plan.sources):
         if old[table] == new[table]:
             continue
-        frames = {s: t.snapshot(s, new[s] if j < i else old[s]).withColumn(WEIGHT, F.lit(1))
-                  for j, s in enumerate(plan.sources) if s != table}
-        frames[table] = F.broadcast(t.changes(table, old[table], new[table]))
-        t.bind(frames)
+        t.views({s: new[s] if j < i else old[s] for j, s in enumerate(plan.sources) if s != table},
+                {table: (old[table], new[table])}, weighted=True)
         terms.append(t.spark.sql(plan.change_query))
     return functools.reduce(DataFrame.unionByName, terms)
 
@@ -89,17 +87,17 @@ def group_change_rows(t: MaintainedTable, old: dict[str, int], new: dict[str, in
     plan = t.plan
     names = list(plan.group_columns)
     values = {s: [group_value(c) for c in columns] for s, columns in plan.group_sources.items()}
-    changed = [t.changes(s, old[s], new[s]).select(*[group_of(v).alias(n) for v, n in zip(held, names, strict=True)])
-               for s, held in values.items() if old[s] != new[s]]
+    changes = t.frames({}, {s: (old[s], new[s]) for s in values if old[s] != new[s]})
+    changed = [changes[s].select(*[group_of(v).alias(n) for v, n in zip(values[s], names, strict=True)])
+               for s in changes]
     for table, query in plan.reach.items():  # LEFT joins: the groups that reach the table's changed rows
         if old[table] != new[table]:
-            t.bind({s: t.snapshot(s, new[s]) for s in plan.sources if s != table})
-            t.bind({table: t.changes(table, old[table], new[table])})
+            t.views({s: new[s] for s in plan.sources if s != table}, {table: (old[table], new[table])})
             changed.append(t.spark.sql(query).toDF(*names))
     touched, found = keys_to_join(functools.reduce(DataFrame.unionByName, changed).distinct())
-    frames = {s: t.snapshot(s, new[s]) for s in plan.reach}  # (read whole)
+    frames = t.frames({s: new[s] for s in [*plan.reach, *values]})  # (those of plan.reach read whole)
     for table, held in values.items():
-        frames[table] = rows_of_groups(t.snapshot(table, new[table]), held, names, touched, found)
+        frames[table] = rows_of_groups(frames[table], held, names, touched, found)
     t.bind(frames)
     fresh = numbered(t, t.spark.sql(plan.query))
     pairs = [(n, n) for n in names]

@@ -22,10 +22,10 @@ from coordinator.domain.events import dead_letters
 from coordinator.domain.work import BarrierWork
 from spark_jobs.planning.plan import WEIGHT, PlanKind
 from spark_jobs.planning.python_tables import SESSION
-from spark_jobs.runtime.commits import DeltaSink
+from spark_jobs.runtime.commits import DeltaSink, Write
 from spark_jobs.runtime.delta_log import read_version
-from spark_jobs.runtime.maintenance.table import MaintainedTable, netted, visible
-from spark_jobs.runtime.maintenance.writes import Written, apply_changes, write_result
+from spark_jobs.runtime.maintenance.table import MaintainedTable, visible
+from spark_jobs.runtime.maintenance.writes import Written, apply_changes, netted, write_result
 from spark_jobs.runtime.row_wise import failing_rows, key_problem, python_error, row_wise_problem
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def replace_changed_keys(t: MaintainedTable, work: BarrierWork, base: tuple[dict
 
     def replace_keys(rows: DataFrame) -> Written:
         result = call(t, {source: rows})
-        t.schema = result.schema
+        t.known(result.schema)
         # (aliased: the same attributes as the result's key, which would make joining them a self-join)
         touched = net.select(*[F.col(f.name).alias(f.name) if f.name.lower() in key
                                else F.lit(None).cast(f.dataType).alias(f.name) for f in result.schema.fields]).distinct()
@@ -153,6 +153,6 @@ def keep_dead_letters(t: MaintainedTable, letters: list[tuple[str, str]], work: 
     if not letters:
         return
     frame = t.spark.createDataFrame([(row, error, work.barrier) for row, error in letters], FUNCTION_DLQ_SCHEMA)
-    dlq.commit(work.barrier, work.generation, lambda: dlq.append(frame))
+    dlq.commit(work.barrier, work.generation, Write("append", frame))
     log.warning("table %s: %d row(s) of barrier %d raised in its function, kept in %s: %s", t.table.name,
                 len(letters), work.barrier, dead_letters(t.table.name), letters[0][1])

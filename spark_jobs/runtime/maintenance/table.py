@@ -1,19 +1,20 @@
 """What one barrier's maintenance of a derived table works with, and small frame helpers.
 
-``MaintainedTable`` holds the table's sink, its plan and result schema, and reads its sources:
-a snapshot at a version, or the rows versions changed with a weight (+1 inserted, -1
-retracted). Every way of maintaining the table (``change_rows``, ``aggregates``, ``writes``,
-``functions``) takes it.
+``MaintainedTable`` holds the table's sink, its plan, its schema with the columns and key that
+follow from it, and reads its sources in one step (``frames``, ``views``): each at a version,
+or the rows versions changed with a weight (+1 inserted, -1 retracted). Every way of
+maintaining the table (``change_rows``, ``aggregates``, ``writes``, ``functions``) reads it and
+ends in its ``commit``, handing it the barrier's write as a value (``commits.Write``), so the
+commit never calls back into the way that made it.
 """
 
 from __future__ import annotations
 
 import functools
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -22,14 +23,13 @@ from coordinator.domain.work import BarrierWork
 from coordinator.settings import CrashAt
 from spark_jobs.planning.pipeline import DerivedTable
 from spark_jobs.planning.plan import WEIGHT, Plan, output_key
-from spark_jobs.runtime.commits import DeltaSink
+from spark_jobs.runtime.commits import DeltaSink, Write
 from spark_jobs.runtime.costs import CostChoice
-from spark_jobs.runtime.delta_log import appended_files, read_files, read_version
+from spark_jobs.runtime.delta_log import appended_files, change_feed, changed_rows, read_files, read_version
 from spark_jobs.runtime.pruning import few_keys, within
 from spark_jobs.runtime.stopwatch import Stopwatch
 
 REWRITE_LIMIT_BYTES = 4 << 20
-CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
 def same_values(left: DataFrame, right: DataFrame, pairs: list[tuple[str, str]]) -> Column:
@@ -56,12 +56,6 @@ def visible(frame: DataFrame) -> DataFrame:
     return frame.select(*[c for c in frame.columns if not c.startswith(HIDDEN)])
 
 
-def netted(rows: DataFrame) -> DataFrame:
-    """Change rows with equal values summed: those whose weights cancel are gone."""
-    value_columns = [c for c in rows.columns if c != WEIGHT]
-    return rows.groupBy(*value_columns).agg(F.sum(WEIGHT).alias(WEIGHT)).where(F.col(WEIGHT) != 0)
-
-
 @dataclass
 class MaintainedTable:
     """One derived table as its job maintains it (``TableMaintainer`` makes it)."""
@@ -83,26 +77,63 @@ class MaintainedTable:
     cached: list[DataFrame] = field(default_factory=list)
     # the barrier's change rows of sources read another way (changelog tables: ``changelog_changes``)
     prepared: dict[str, DataFrame] = field(default_factory=dict)
+    # what the job measured of its ways to a barrier when it chose this barrier's (``CostChoice.state``):
+    # kept with the commit, for an incremental plan
+    costs_kept: dict[str, float] | None = None
+    columns: list[str] = field(init=False, default_factory=list)  # the table's, once its schema is known
+    key: list[str] = field(init=False, default_factory=list)  # its key columns (``output_key``), likewise
+
+    def __post_init__(self) -> None:
+        if self.schema is not None:
+            self.known(self.schema)
+
+    def known(self, schema: StructType) -> None:
+        """The table's schema is ``schema`` (its first result's, or a changed query's): its
+        columns and key follow from it, kept so the barrier's steps need not ask."""
+        self.schema = schema
+        self.columns = [f.name for f in schema.fields]
+        self.key = list(output_key(self.plan, [c for c in self.columns if not c.startswith(HIDDEN)]) or ())
 
     # -- reading sources ------------------------------------------------------------------------
+
+    def frames(self, versions: Mapping[str, int], changes: Mapping[str, tuple[int, int]] | None = None,
+               ) -> dict[str, DataFrame]:
+        """Each source of ``versions`` at that version, and each of ``changes`` as its rows
+        changed in versions ``(old, new]`` with a weight of +1 or -1: the files those versions
+        added, where they only appended (``delta_log.changed_rows``), else Delta's change data
+        feed (or, for a changelog table, ``prepared``). One step for all a query reads."""
+        frames = {s: read_version(self.spark, self.locate(s), v) for s, v in versions.items()}
+        for s, (old, new) in (changes or {}).items():
+            frames[s] = self.prepared[s] if s in self.prepared else \
+                changed_rows(self.spark, self.locate(s), old, new, WEIGHT)
+        return frames
+
+    def views(self, versions: Mapping[str, int], changes: Mapping[str, tuple[int, int]] | None = None,
+              weighted: bool = False) -> None:
+        """``frames`` named in this job's own session (temp views), for the query to read.
+        ``weighted`` (the delta rule's terms): each snapshot with a weight of +1, the changes
+        broadcast."""
+        for name, frame in self.frames(versions, changes).items():  # (as ``bind``, in this one step)
+            if weighted:
+                frame = F.broadcast(frame) if name in (changes or {}) else frame.withColumn(WEIGHT, F.lit(1))
+            frame.createOrReplaceTempView(name)
+
+    @staticmethod
+    def bind(frames: Mapping[str, DataFrame]) -> None:
+        """Name each source in this job's own session (temp views), for the query to read."""
+        for name, frame in frames.items():
+            frame.createOrReplaceTempView(name)
 
     def snapshot(self, table: str, version: int) -> DataFrame:
         return read_version(self.spark, self.locate(table), version)
 
     def snapshots(self, work: BarrierWork) -> dict[str, DataFrame]:
         """Each source at its exact-point version for the barrier."""
-        return {s: self.snapshot(s, v) for s, v in work.source_versions.items()}
+        return self.frames(work.source_versions)
 
     def changes(self, table: str, old: int, new: int) -> DataFrame:
-        """Rows of ``table`` changed in versions ``(old, new]`` with a weight of +1 or -1: the
-        files those versions added, where they only appended (``appended_files``), else Delta's
-        change data feed (or, for a changelog table, ``prepared``)."""
-        if table in self.prepared:
-            return self.prepared[table]
-        appended = appended_files(self.spark, self.locate(table), old, new)  # (all weights +1)
-        if appended is not None:
-            return read_files(self.spark, *appended).withColumn(WEIGHT, F.lit(1))
-        return self._feed(table, old, new)
+        """Rows of ``table`` changed in versions ``(old, new]``, weighted (``frames``)."""
+        return self.frames({}, {table: (old, new)})[table]
 
     def added(self, table: str, old: int, new: int) -> tuple[DataFrame, list[str] | None] | None:
         """The rows versions ``(old, new]`` of ``table`` added, with the data files that hold just
@@ -111,38 +142,10 @@ class MaintainedTable:
         appended = appended_files(self.spark, self.locate(table), old, new)
         if appended is not None:
             return read_files(self.spark, *appended), appended.paths
-        feed = self._feed(table, old, new)
+        feed = change_feed(self.spark, self.locate(table), old, new, WEIGHT)
         return None if feed.where(F.col(WEIGHT) < 0).limit(1).count() else (feed.drop(WEIGHT), None)
 
-    def _feed(self, table: str, old: int, new: int) -> DataFrame:
-        """Delta's change data feed of ``table``'s versions ``(old, new]``, weighted."""
-        # read as the path identifier delta.`path`: `.load(path)` passes the options to Delta twice
-        # (their given and lower-case spellings) and Spark warns three times a read
-        path = self.locate(table).replace("`", "``")
-        feed = (self.spark.read.option("readChangeFeed", "true").option("startingVersion", old + 1)
-                .option("endingVersion", new).table(f"delta.`{path}`"))
-        sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
-        return feed.withColumn(WEIGHT, sign).drop(*CDF_COLUMNS)
-
-    def bind(self, frames: dict[str, DataFrame]) -> None:
-        """Name each source in this job's own session (temp views), for the query to read."""
-        for name, frame in frames.items():
-            frame.createOrReplaceTempView(name)
-
-    def bind_snapshots(self, work: BarrierWork) -> None:
-        """Bind each source to its exact-point version for the barrier."""
-        self.bind(self.snapshots(work))
-
     # -- the table ------------------------------------------------------------------------------
-
-    def columns(self) -> list[str]:
-        assert self.schema is not None
-        return [f.name for f in self.schema.fields]
-
-    def key(self) -> list[str]:
-        key = output_key(self.plan, [c for c in self.columns() if not c.startswith(HIDDEN)])
-        assert key is not None
-        return list(key)
 
     def cache(self, frame: DataFrame) -> DataFrame:
         """Cache a frame used more than once in this barrier; released by ``release``."""
@@ -154,14 +157,13 @@ class MaintainedTable:
             frame.unpersist()
         self.cached.clear()
 
-    def observation(self, work: BarrierWork) -> Observation:
-        return Observation(f"{self.job_id}_{work.generation}_{work.barrier}_{uuid.uuid4().hex[:6]}")
-
-    def costs_state(self) -> dict[str, float] | None:
-        """What the job measured of its ways to a barrier, kept with the commit (incremental plans)."""
-        return self.costs.state() if self.plan.incremental else None
-
-    def commit(self, work: BarrierWork, write: Callable[[], None], layout: str | None = None) -> int:
-        """Commit the barrier's write to the table (``DeltaSink.commit``): its version."""
-        return self.sink.commit(work.barrier, work.generation, write, work.source_versions, self.query_id,
-                                self.watch, self.costs_state(), layout)
+    def commit(self, work: BarrierWork, write: Write, layout: str | None = None) -> int:
+        """Commit the barrier's write to the table (``DeltaSink.commit``): its version. The
+        barrier's cached frames are released after it, committed or not."""
+        try:
+            return self.sink.commit(work.barrier, work.generation, write, work.source_versions, self.query_id,
+                                    self.watch, self.costs_kept, layout)
+        finally:
+            for frame in self.cached:  # (``release``, inline: the commit is the barrier's last step)
+                frame.unpersist()
+            self.cached.clear()

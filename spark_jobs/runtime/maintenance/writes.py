@@ -3,8 +3,9 @@
 Netted change rows are applied in one commit: appended (an append-only result), folded into
 the old rows and the small table rewritten whole in one Spark job, or MERGEd by key into a
 large table (which reads and rewrites only the files the changed keys may be in); a changelog
-table's changed groups are appended (``append_groups``). A rewrite
-grows with the table: a 10M-row join result took 11 s a barrier rewritten, 3.2 s MERGEd
+table's changed groups are appended (``append_groups``). Each way reads what it needs first
+(the table's size and its rows before), computes, and hands the table one ``commits.Write``.
+A rewrite grows with the table: a 10M-row join result took 11 s a barrier rewritten, 3.2 s MERGEd
 (measured at c34c322; docs/performance.md has today's figures).
 """
 
@@ -19,13 +20,12 @@ from pyspark.sql import functions as F
 from coordinator.domain.snapshot import APPENDED, HIDDEN, ROW_KEY
 from coordinator.domain.work import BarrierWork
 from spark_jobs.planning.plan import WEIGHT, PlanKind, output_key
-from spark_jobs.runtime.commits import merge_by_key
+from spark_jobs.runtime.commits import Write
 from spark_jobs.runtime.delta_log import COMPACTED, read_version, table_bytes
-from spark_jobs.runtime.maintenance.aggregates import alive, folded_groups, with_groups_recomputed
+from spark_jobs.runtime.maintenance.aggregates import folded_groups, with_groups_recomputed
 from spark_jobs.runtime.maintenance.change_rows import change_rows
-from spark_jobs.runtime.maintenance.table import MaintainedTable, netted, same_values
+from spark_jobs.runtime.maintenance.table import MaintainedTable, same_values
 from spark_jobs.runtime.pruning import KEYS_LIMIT, within
-from spark_jobs.runtime.session import session_conf
 
 DELETE = f"{HIDDEN}delete"
 FILE_ROWS = 500_000  # rows per file of a whole write in key order (``key_ordered``)
@@ -39,14 +39,13 @@ def write_result(t: MaintainedTable, work: BarrierWork, result: Callable[[], Dat
     the table (in key order, its schema replaced): one Spark job, which counts them on the way."""
     with t.watch.phase("plan"):
         frame = result()
-        t.schema = frame.schema
-        observation = t.observation(work)
+        t.known(frame.schema)
+        observation = Observation()
         counted = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
     if mode == "overwrite":
-        ordered, options = key_ordered(t, counted)
-        version = t.commit(work, lambda: t.sink.overwrite(ordered, {**options, "overwriteSchema": "true"}))
+        version = t.commit(work, key_ordered(t, counted, {"overwriteSchema": "true"}))
     else:
-        version = t.commit(work, lambda: t.sink.append(counted))
+        version = t.commit(work, Write("append", counted))
     rows = int(observation.get["rows"]) if t.sink.written else 0
     return version, (rows, rows, 0)
 
@@ -63,22 +62,21 @@ def upsert_groups(t: MaintainedTable, work: BarrierWork, groups: DataFrame, old_
     an empty append: every barrier of a keyed table commits, so a restart never stages again
     rows its state already holds."""
     with t.watch.phase("changes"):
-        t.schema = groups.schema
-        key = t.key()
+        t.known(groups.schema)
+        key = t.key
         groups = t.cache(groups)
         changed = groups.count()  # the write reads them from the cache
         rewrite = changed > 0 and (table_bytes(t.spark, t.sink.path) <= t.rewrite_limit_bytes or t.costs.whole())
         target = within(groups.select(*key).collect(), [(f"t.`{k}`", k) for k in key]) \
             if 0 < changed <= KEYS_LIMIT and not rewrite else None
 
-    def write() -> None:
-        if rewrite:
-            overwrite_whole(t, rows_but(t, old_sink, groups.select(*key)).unionByName(groups))
-        elif changed:
-            merge_by_key(t.spark, t.sink.path, groups, key, t.columns(), null_safe=True, target=target)
-        else:
-            t.sink.append(groups)
-
+    if rewrite:
+        old = read_version(t.spark, t.sink.path, old_sink)
+        write = whole_write(t, rows_but(old, groups.select(*key)).unionByName(groups))
+    elif changed:
+        write = Write("merge", groups, key=key, columns=t.columns, target=target)
+    else:
+        write = Write("append", groups)
     began = time.monotonic()
     version = t.commit(work, write)
     if changed:
@@ -93,20 +91,20 @@ def append_groups(t: MaintainedTable, work: BarrierWork, groups: DataFrame, old_
     row a key (its readers' view of it, these groups in place of theirs), only these appended:
     the tables that read it find the barrier's changes in either commit (``changelog_changes``)."""
     with t.watch.phase("changes"):
-        t.schema = groups.schema
+        t.known(groups.schema)
         groups = t.cache(groups)
         changed = groups.count()  # the write reads them from the cache
         compact = changed > 0 and t.costs.compact_due(table_bytes(t.spark, t.sink.path))
         if changed:
-            t.costs.laid_out(compact)  # (kept with the commit)
+            t.costs.laid_out(compact)
+            t.costs_kept = t.costs.state()  # (kept with the commit)
 
-    def write() -> None:
-        if compact:
-            whole = rows_but(t, old_sink, groups.select(ROW_KEY), broadcast=changed <= BROADCAST_KEYS)
-            overwrite_whole(t, whole.withColumn(APPENDED, F.lit(False)).unionByName(groups))
-        else:
-            t.sink.append(groups)
-
+    if compact:
+        old = read_version(t.spark, t.sink.path, old_sink)
+        whole = rows_but(old, groups.select(ROW_KEY), broadcast=changed <= BROADCAST_KEYS)
+        write = whole_write(t, whole.withColumn(APPENDED, F.lit(False)).unionByName(groups))
+    else:
+        write = Write("append", groups)
     version = t.commit(work, write, COMPACTED if compact else None)
     if compact:
         t.costs.laid_out(True, table_bytes(t.spark, t.sink.path))
@@ -119,45 +117,44 @@ def apply_changes(t: MaintainedTable, work: BarrierWork, base: tuple[dict[str, i
     netted already) and apply them: a small table is rewritten whole in one Spark job (old
     rows with the changes folded in); a large one gets a MERGE of just the changed rows."""
     old_versions, old_sink = base
-    path = t.sink.path
     try:
         with t.watch.phase("plan"):
+            # a small table (or an aggregate's one row) is rewritten from its rows before
+            old = None if t.plan.key is None else before(t, old_sink, small=t.plan.one_row)
             if net is None:
                 rows = change_rows(t, old_versions, work.source_versions, old_sink)
                 # nothing is ever retracted where every change row is an insert (weight +1)
                 net = rows if t.plan.inserts_only else netted(rows)
             if t.plan.kind == PlanKind.GROUPS:
                 net = t.cache(net)  # read three times (upserts, retractions, gone keys): compute it once
-            observation = t.observation(work)
-            write: Callable[[], None] | None
+            observation = Observation()
+            write: Write | None
             if t.plan.key is None:  # an append-only result: add the new rows
-                added = appended_rows(t, net).observe(observation, F.count(F.lit(1)).alias("changed"))
-                write = lambda: t.sink.append(added)  # noqa: E731
-            elif t.plan.one_row or table_bytes(t.spark, path) <= t.rewrite_limit_bytes:
-                whole = rewritten(t, net, old_sink, work, observation)
-
-                def write() -> None:
-                    overwrite_whole(t, whole)
+                write = Write("append", appended_rows(t, net).observe(observation, F.count(F.lit(1)).alias("changed")))
+            elif old is not None:
+                write = whole_write(t, rewritten(t, net, old, work, observation))
             else:
                 write = None
         if write is None:
             return merged(t, net, old_sink, work)
-        version = t.commit(work, write)
-        changed = int(observation.get["changed"]) if t.sink.written else 0
-        return version, (changed, changed, 0)
-    finally:
-        t.release()
+    except BaseException:
+        t.release()  # (a commit releases them)
+        raise
+    version = t.commit(work, write)
+    changed = int(observation.get["changed"]) if t.sink.written else 0
+    return version, (changed, changed, 0)
 
 
 def merged(t: MaintainedTable, net: DataFrame, old_sink: int, work: BarrierWork) -> Written:
     """MERGE the changed rows (upserts and deletes by key) into a large table."""
-    key = t.key()
+    key = t.key
     with t.watch.phase("changes"):
         if t.plan.aggregated:  # (groups that lost their MIN/MAX are recomputed here: an action)
-            new = t.cache(folded_groups(t, net, old_sink, whole=False))
-            rows = with_groups_recomputed(t, new.where(alive(t)), work).drop("_changed") \
+            old = read_version(t.spark, t.sink.path, old_sink)
+            new = t.cache(folded_groups(t, net, old, whole=False))
+            rows = with_groups_recomputed(t, new.where(F.col("_alive")), work).drop("_changed") \
                 .withColumn(DELETE, F.lit(False))
-            changes = rows.unionByName(deletes(t, new.where(~alive(t)), key))
+            changes = rows.unionByName(deletes(t, new.where(~F.col("_alive")), key))
         else:
             changes = merge_rows_by_key(t, net)
         changes = t.cache(changes)
@@ -166,36 +163,48 @@ def merged(t: MaintainedTable, net: DataFrame, old_sink: int, work: BarrierWork)
         target = within(changes.select(*key).collect(), [(f"t.`{k}`", k) for k in key]) \
             if 0 < changed <= KEYS_LIMIT else None
     if not changed:
+        t.release()  # (a commit releases them)
         return old_sink, (0, 0, 0)
-    version = t.commit(work, lambda: merge_by_key(t.spark, t.sink.path, changes, key, t.columns(), DELETE,
-                                                  null_safe=True, target=target))
+    version = t.commit(work, Write("merge", changes, key=key, columns=t.columns, delete_flag=DELETE, target=target))
     return version, (changed, changed, 0)
 
 
-def rows_but(t: MaintainedTable, old_sink: int, keys: DataFrame, broadcast: bool = False) -> DataFrame:
-    """The table's rows at version ``old_sink`` but those of ``keys`` (its key columns);
-    ``broadcast``: few keys, probed rather than sorted with the table (Spark's static plan
-    estimates them as large as what they were read from)."""
-    old = read_version(t.spark, t.sink.path, old_sink)
+def before(t: MaintainedTable, old_sink: int, small: bool = False) -> DataFrame | None:
+    """The table's rows at version ``old_sink``, if it is ``small`` or up to ``rewrite_limit_bytes``
+    (rewritten whole: one Spark job); None for a larger one (MERGEd)."""
+    if not small and table_bytes(t.spark, t.sink.path) > t.rewrite_limit_bytes:
+        return None
+    return read_version(t.spark, t.sink.path, old_sink)
+
+
+def netted(rows: DataFrame) -> DataFrame:
+    """Change rows with equal values summed: those whose weights cancel are gone."""
+    value_columns = [c for c in rows.columns if c != WEIGHT]
+    return rows.groupBy(*value_columns).agg(F.sum(WEIGHT).alias(WEIGHT)).where(F.col(WEIGHT) != 0)
+
+
+def rows_but(old: DataFrame, keys: DataFrame, broadcast: bool = False) -> DataFrame:
+    """The table's rows ``old`` but those of ``keys`` (its key columns); ``broadcast``: few
+    keys, probed rather than sorted with the table (Spark's static plan estimates them as large
+    as what they were read from)."""
     few = F.broadcast(keys) if broadcast else keys
     return old.join(few, same_values(old, few, [(k, k) for k in keys.columns]), "left_anti")
 
 
-def overwrite_whole(t: MaintainedTable, whole: DataFrame) -> None:
-    """Overwrite the table with ``whole`` in key order, its shuffles in one task each (a small
+def whole_write(t: MaintainedTable, whole: DataFrame) -> Write:
+    """Overwriting the table with ``whole`` in key order, its shuffles in one task each (a small
     table into one file; a keyed aggregate's large one measured no faster in two)."""
-    with session_conf(t.spark, {"spark.sql.shuffle.partitions": "1"}):
-        t.sink.overwrite(*key_ordered(t, whole))
+    return key_ordered(t, whole)._replace(one_task=True)
 
 
-def key_ordered(t: MaintainedTable, frame: DataFrame) -> tuple[DataFrame, dict[str, str]]:
-    """A whole write of a table kept by key, and its writer's options: in key order in files of
+def key_ordered(t: MaintainedTable, frame: DataFrame, options: dict[str, str] | None = None) -> Write:
+    """A whole write of a table kept by key (writer ``options`` besides): in key order in files of
     at most ``FILE_ROWS`` rows, so each file holds a narrow range of keys and a later MERGE of a
     few keys rewrites only the files whose ranges hold them (``pruning``) instead of every file."""
     key = output_key(t.plan, [c for c in frame.columns if not c.startswith(HIDDEN)])
     if not t.plan.incremental or not key or "" in key:
-        return frame, {}
-    return frame.sortWithinPartitions(*key), {"maxRecordsPerFile": str(FILE_ROWS)}
+        return Write("overwrite", frame, options or {})
+    return Write("overwrite", frame.sortWithinPartitions(*key), {**(options or {}), "maxRecordsPerFile": str(FILE_ROWS)})
 
 
 def deletes(t: MaintainedTable, keys: DataFrame, key: list[str]) -> DataFrame:
@@ -209,17 +218,17 @@ def appended_rows(t: MaintainedTable, net: DataFrame) -> DataFrame:
     """An append-only result's new rows: each change row as often as its weight. Its inputs
     only grow, so a retraction means a source broke that promise: the write fails then."""
     if t.plan.inserts_only:
-        return net.select(*t.columns())
+        return net.select(*t.columns)
     message = f"{t.table.name}: an append-only source retracted rows; run with a primary key"
     grown = net.where(F.assert_true(F.col(WEIGHT) > 0, message).isNull())
-    return grown.withColumn("_n", F.explode(F.array_repeat(F.lit(1), F.col(WEIGHT).cast("int")))).select(*t.columns())
+    return grown.withColumn("_n", F.explode(F.array_repeat(F.lit(1), F.col(WEIGHT).cast("int")))).select(*t.columns)
 
 
 def upserts_and_gone(t: MaintainedTable, net: DataFrame) -> tuple[DataFrame, DataFrame]:
     """Projection and join rows by key: the rows with positive weight win; keys with only a
     retraction are gone."""
-    key = t.key()
-    upserts = net.where(F.col(WEIGHT) > 0).select(*t.columns())
+    key = t.key
+    upserts = net.where(F.col(WEIGHT) > 0).select(*t.columns)
     gone = net.where(F.col(WEIGHT) < 0).select(*key).distinct()
     return upserts, gone.join(upserts, same_values(gone, upserts, [(k, k) for k in key]), "left_anti")
 
@@ -227,20 +236,20 @@ def upserts_and_gone(t: MaintainedTable, net: DataFrame) -> tuple[DataFrame, Dat
 def merge_rows_by_key(t: MaintainedTable, net: DataFrame) -> DataFrame:
     """MERGE rows of a projection or join: upserts, and deletes of the keys that are gone."""
     upserts, gone = upserts_and_gone(t, net)
-    return upserts.withColumn(DELETE, F.lit(False)).unionByName(deletes(t, gone, t.key()))
+    return upserts.withColumn(DELETE, F.lit(False)).unionByName(deletes(t, gone, t.key))
 
 
-def rewritten(t: MaintainedTable, net: DataFrame, old_sink: int, work: BarrierWork,
+def rewritten(t: MaintainedTable, net: DataFrame, old: DataFrame, work: BarrierWork,
               observation: Observation) -> DataFrame:
-    """The whole new table: the rows at ``old_sink`` with the changes applied. ``observation``
+    """The whole new table: its rows before (``old``) with the changes applied. ``observation``
     counts the changed rows."""
     if t.plan.aggregated:
-        new = folded_groups(t, net, old_sink, whole=True)
-        result = with_groups_recomputed(t, new.where(alive(t)), work)
+        new = folded_groups(t, net, old, whole=True)
+        result = with_groups_recomputed(t, new.where(F.col("_alive")), work)
     else:
-        key = t.key()
+        key = t.key
         upserts, gone = upserts_and_gone(t, net)
-        kept = rows_but(t, old_sink, upserts.select(*key).unionByName(gone))
+        kept = rows_but(old, upserts.select(*key).unionByName(gone))
         result = kept.withColumn("_changed", F.lit(False)).unionByName(upserts.withColumn("_changed", F.lit(True)))
     changed = F.coalesce(F.sum(F.col("_changed").cast("long")), F.lit(0))  # (no rows at all: 0)
     return result.observe(observation, changed.alias("changed")).drop("_changed")

@@ -12,7 +12,7 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from spark_jobs.runtime.commits import CHECKPOINT_EVERY, DeltaSink
+from spark_jobs.runtime.commits import CHECKPOINT_EVERY, DeltaSink, Write
 from spark_jobs.runtime.session import RETENTION_DEFAULTS, session_conf
 
 pytestmark = [pytest.mark.integration]
@@ -28,6 +28,28 @@ def test_a_creation_cut_short_by_a_kill_is_redone(spark: SparkSession, table_pat
     again = DeltaSink(spark, path, "job", "k BIGINT")  # a restart finds the commit in the history
     assert again.versions == {(0, 1): version}
     assert spark.read.format("delta").load(path).count() == 1
+
+
+def test_a_write_handed_as_a_value_appends_overwrites_or_merges_once_per_barrier(
+    spark: SparkSession, table_path: Callable[[str], str]
+) -> None:
+    path = table_path("writes")
+    sink = DeltaSink(spark, path, "job", "k BIGINT, v STRING")
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    rows = lambda *r: spark.createDataFrame(list(r), "k BIGINT, v STRING")  # noqa: E731
+    read = lambda version: {tuple(r) for r in spark.read.format("delta").option("versionAsOf", version)  # noqa: E731
+                            .load(path).collect()}
+    first = sink.commit(1, 0, Write("append", rows((1, "a"), (2, "b"), (None, "n"))))
+    assert sink.commit(1, 0, Write("append", rows((9, "again")))) == first  # the same barrier: no second write
+    changes = rows((2, "B"), (None, "N"), (3, "c"), (1, None)).selectExpr("*", "k <=> 1 AS gone")
+    merged = sink.commit(2, 0, Write("merge", changes, key=["k"], columns=["k", "v"], delete_flag="gone"))
+    assert read(merged) == {(2, "B"), (3, "c"), (None, "N")}  # a NULL key matched, key 1 deleted
+    whole = sink.commit(3, 0, Write("overwrite", rows((7, "x"), (8, "y")).repartition(3, "k"),
+                                    {"maxRecordsPerFile": "1"}, one_task=True))
+    assert read(whole) == {(7, "x"), (8, "y")} and read(first) == {(1, "a"), (2, "b"), (None, "n")}
+    assert len(spark.read.format("delta").load(path).inputFiles()) == 2  # the writer's option: a row a file
+    assert spark.conf.get("spark.sql.shuffle.partitions") == partitions  # one task only for that write
+    assert sink.versions == {(0, 1): first, (0, 2): merged, (0, 3): whole}
 
 
 def test_compaction_between_barriers_changes_no_exact_point(spark: SparkSession, table_path: Callable[[str], str]) -> None:

@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.runtime.delta_log import (
     ONE_TASK_BYTES,
     appended_files,
+    changed_rows,
     newest_commit,
     read_files,
     read_version,
@@ -100,6 +101,26 @@ def test_appended_versions_read_from_their_commits_equal_the_change_data_feed(
     assert appended_files(spark, path, 0, 4) is None
     assert appended_files(spark, path, -1, 0) is None  # the table's creation: its schema is new
     assert appended_files(spark, path, 4, 4) is None  # no version
+
+
+def test_changed_rows_weigh_appends_read_from_their_files_and_other_changes_from_the_feed(
+    spark: SparkSession, table_path: Callable[[str], str]
+) -> None:
+    path = table_path("changes")
+    frame = lambda rows: spark.createDataFrame(rows, "k BIGINT, v STRING")  # noqa: E731
+    frame([(1, "a")]).write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)  # version 0
+    frame([(2, "b"), (3, "c")]).write.format("delta").mode("append").save(path)  # 1
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE k = 2")  # 2
+    spark.sql(f"UPDATE delta.`{path}` SET v = 'C' WHERE k = 3")  # 3
+
+    def weighted(old: int, new: int) -> list[tuple]:
+        changed = changed_rows(spark, path, old, new, "w")
+        assert changed.columns == ["k", "v", "w"]  # (no change feed columns)
+        return _rows(changed)
+
+    assert weighted(0, 1) == [(2, "b", 1), (3, "c", 1)]  # an append: its files, all +1
+    assert weighted(1, 3) == [(2, "b", -1), (3, "C", 1), (3, "c", -1)]  # a delete and an update: the feed
+    assert weighted(0, 3) == [(2, "b", -1), (2, "b", 1), (3, "C", 1), (3, "c", -1), (3, "c", 1)]
 
 
 def test_a_small_read_is_one_partition_so_its_aggregate_needs_no_shuffle(
