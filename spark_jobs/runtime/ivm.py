@@ -133,7 +133,7 @@ class TableMaintainer:
         table whose changes cost more to apply than recomputing it did (``costs``)."""
         t = self.maintained
         if self.keyed is not None:  # rebuilt, not recomputed, where it cannot go on (its own choice)
-            t.costs_kept = self.costs.state()
+            t.costs_kept = self.costs.state() if t.plan.incremental else None
             return self.keyed.process(work, base)
         if t.plan.kind == PlanKind.ROW_WISE and not self._row_wise_checked:
             check_row_wise(t, work)
