@@ -148,7 +148,8 @@ class MaintainedTable:
     # -- the table ------------------------------------------------------------------------------
 
     def cache(self, frame: DataFrame) -> DataFrame:
-        """Cache a frame used more than once in this barrier; released by ``release``."""
+        """Cache a frame used more than once in this barrier; released after the barrier's
+        ``commit`` (or by ``release``, where a barrier ends without one)."""
         self.cached.append(frame.cache())
         return frame
 
