@@ -133,7 +133,6 @@ class TableMaintainer:
         table whose changes cost more to apply than recomputing it did (``costs``)."""
         t = self.maintained
         if self.keyed is not None:  # rebuilt, not recomputed, where it cannot go on (its own choice)
-            t.costs_kept = self.costs.state() if t.plan.incremental else None
             return self.keyed.process(work, base)
         if t.plan.kind == PlanKind.ROW_WISE and not self._row_wise_checked:
             check_row_wise(t, work)
@@ -146,7 +145,6 @@ class TableMaintainer:
             whole = True
             log.info("table %s: recomputing it (%.1f s last time) is cheaper than applying its changes (%.1f s)",
                      self.table.name, self.costs.whole_s, self.costs.applied_s)
-        t.costs_kept = self.costs.state() if t.plan.incremental else None
         began, self.recomputed = time.monotonic(), whole
         if t.plan.kind == PlanKind.ROW_WISE:
             version, counts = follow_row_wise(t, work, None if whole else base)

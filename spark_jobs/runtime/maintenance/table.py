@@ -77,9 +77,6 @@ class MaintainedTable:
     cached: list[DataFrame] = field(default_factory=list)
     # the barrier's change rows of sources read another way (changelog tables: ``changelog_changes``)
     prepared: dict[str, DataFrame] = field(default_factory=dict)
-    # what the job measured of its ways to a barrier when it chose this barrier's (``CostChoice.state``):
-    # kept with the commit, for an incremental plan
-    costs_kept: dict[str, float] | None = None
     columns: list[str] = field(init=False, default_factory=list)  # the table's, once its schema is known
     key: list[str] = field(init=False, default_factory=list)  # its key columns (``output_key``), likewise
 
@@ -113,10 +110,11 @@ class MaintainedTable:
         """``frames`` named in this job's own session (temp views), for the query to read.
         ``weighted`` (the delta rule's terms): each snapshot with a weight of +1, the changes
         broadcast."""
-        for name, frame in self.frames(versions, changes).items():  # (as ``bind``, in this one step)
-            if weighted:
-                frame = F.broadcast(frame) if name in (changes or {}) else frame.withColumn(WEIGHT, F.lit(1))
-            frame.createOrReplaceTempView(name)
+        frames = self.frames(versions, changes)
+        if weighted:
+            frames = {name: F.broadcast(frame) if name in (changes or {}) else frame.withColumn(WEIGHT, F.lit(1))
+                      for name, frame in frames.items()}
+        self.bind(frames)
 
     @staticmethod
     def bind(frames: Mapping[str, DataFrame]) -> None:
@@ -163,8 +161,6 @@ class MaintainedTable:
         barrier's cached frames are released after it, committed or not."""
         try:
             return self.sink.commit(work.barrier, work.generation, write, work.source_versions, self.query_id,
-                                    self.watch, self.costs_kept, layout)
+                                    self.watch, self.costs.state() if self.plan.incremental else None, layout)
         finally:
-            for frame in self.cached:  # (``release``, inline: the commit is the barrier's last step)
-                frame.unpersist()
-            self.cached.clear()
+            self.release()

@@ -96,8 +96,7 @@ def append_groups(t: MaintainedTable, work: BarrierWork, groups: DataFrame, old_
         changed = groups.count()  # the write reads them from the cache
         compact = changed > 0 and t.costs.compact_due(table_bytes(t.spark, t.sink.path))
         if changed:
-            t.costs.laid_out(compact)
-            t.costs_kept = t.costs.state()  # (kept with the commit)
+            t.costs.laid_out(compact)  # (kept with the commit)
 
     if compact:
         old = read_version(t.spark, t.sink.path, old_sink)
@@ -137,12 +136,11 @@ def apply_changes(t: MaintainedTable, work: BarrierWork, base: tuple[dict[str, i
                 write = None
         if write is None:
             return merged(t, net, old_sink, work)
-    except BaseException:
-        t.release()  # (a commit releases them)
-        raise
-    version = t.commit(work, write)
-    changed = int(observation.get["changed"]) if t.sink.written else 0
-    return version, (changed, changed, 0)
+        version = t.commit(work, write)
+        changed = int(observation.get["changed"]) if t.sink.written else 0
+        return version, (changed, changed, 0)
+    finally:
+        t.release()  # (after a commit: nothing left; without one, what this barrier cached)
 
 
 def merged(t: MaintainedTable, net: DataFrame, old_sink: int, work: BarrierWork) -> Written:
@@ -163,7 +161,6 @@ def merged(t: MaintainedTable, net: DataFrame, old_sink: int, work: BarrierWork)
         target = within(changes.select(*key).collect(), [(f"t.`{k}`", k) for k in key]) \
             if 0 < changed <= KEYS_LIMIT else None
     if not changed:
-        t.release()  # (a commit releases them)
         return old_sink, (0, 0, 0)
     version = t.commit(work, Write("merge", changes, key=key, columns=t.columns, delete_flag=DELETE, target=target))
     return version, (changed, changed, 0)
